@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what vtensor needs from Debian's archive, and nothing else.
+# Idempotent: quiet and offline when every package is already present.
+# Why each package is here: README.md, section "Dependencies".
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build            # toolchain
+  libboost-dev                     # Boost.Intrusive (vSet, rTree eviction sets)
+  libboost-program-options-dev     # the vtensor command's options
+  nlohmann-json3-dev               # calibration files, traces, --json summaries
+  libfmt-dev                       # formatting of reports and messages
+  doctest-dev                      # unit, scenario and conformance tests
+  libbenchmark-dev                 # vtensor_bench
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
