@@ -1,0 +1,107 @@
+#include "tools/cli.hpp"
+
+#include "traces/trace_error.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <ostream>
+
+namespace vtensor::tools {
+namespace po = boost::program_options;
+namespace {
+
+constexpr std::array subcommand_table{
+    subcommand{"inspect", "print statistics of a trace: lengths, arrival rate, prefix hit bound",
+               &cmd_inspect},
+    subcommand{"gen-trace", "write a seeded synthetic trace in vtensor's JSONL format",
+               &cmd_gen_trace},
+};
+
+void print_overview(std::ostream& out) {
+  out << "usage: vtensor COMMAND [ARGS...]\n"
+         "       vtensor COMMAND --help\n\n"
+         "KV-cache management with GPU virtual memory: trace tools, replay and validation.\n\n"
+         "commands:\n";
+  for (const subcommand& command : subcommand_table) {
+    out << fmt::format("  {:<14}{}\n", command.name, command.summary);
+  }
+}
+
+} // namespace
+
+std::span<const subcommand> subcommands() noexcept { return subcommand_table; }
+
+const subcommand* find_subcommand(std::string_view name) noexcept {
+  for (const subcommand& command : subcommand_table) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+int run_cli(std::span<const std::string> args, const cli_streams& io) {
+  if (args.empty()) {
+    print_overview(io.err);
+    return exit_usage;
+  }
+  const std::string& first = args.front();
+  if (first == "--help" || first == "-h" || first == "help") {
+    if (args.size() > 1 && first == "help") {
+      if (const subcommand* command = find_subcommand(args[1])) {
+        const std::array<std::string, 1> help{"--help"};
+        return command->run(help, io);
+      }
+    }
+    print_overview(io.out);
+    return exit_success;
+  }
+  if (first == "--version") {
+    io.out << "vtensor " << VTENSOR_VERSION << '\n';
+    return exit_success;
+  }
+  const subcommand* command = find_subcommand(first);
+  if (command == nullptr) {
+    io.err << fmt::format("vtensor: unknown command '{}' (see vtensor --help)\n", first);
+    return exit_usage;
+  }
+  return command->run(args.subspan(1), io);
+}
+
+int guarded_run(std::string_view name, const cli_streams& io, const std::function<int()>& body) {
+  const auto report = [&](const char* what, int code) {
+    io.err << fmt::format("vtensor {}: {}\n", name, what);
+    return code;
+  };
+  try {
+    return body();
+  } catch (const traces::trace_error& error) {
+    return report(error.what(), exit_usage);
+  } catch (const usage_error& error) {
+    return report(error.what(), exit_usage);
+  } catch (const po::error& error) {
+    return report(error.what(), exit_usage);
+  } catch (const std::invalid_argument& error) {
+    return report(error.what(), exit_usage);
+  } catch (const std::exception& error) {
+    return report(error.what(), exit_failure);
+  }
+}
+
+std::optional<po::variables_map>
+parse_command_line(std::string_view name, std::string_view usage, std::string_view description,
+                   po::options_description options,
+                   const po::positional_options_description& positional,
+                   std::span<const std::string> args, const cli_streams& io) {
+  options.add_options()("help,h", "print this help");
+  po::variables_map values;
+  const std::vector<std::string> words(args.begin(), args.end());
+  po::store(po::command_line_parser(words).options(options).positional(positional).run(), values);
+  if (values.count("help") != 0) {
+    io.out << fmt::format("usage: vtensor {} {}\n\n{}\n\n", name, usage, description) << options;
+    return std::nullopt;
+  }
+  po::notify(values);
+  return values;
+}
+
+} // namespace vtensor::tools
