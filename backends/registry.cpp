@@ -1,0 +1,56 @@
+#include "backends/registry.hpp"
+
+#include <array>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "backends/latency_model.hpp"
+#include "backends/sim_backend.hpp"
+
+namespace vtensor {
+
+namespace {
+
+std::unique_ptr<vmm_backend> make_sim(const backend_config& config) {
+  latency_model model = config.zero_latency              ? latency_model::zero()
+                        : config.calibration_file.empty() ? latency_model::h200()
+                                                          : latency_model::load(config.calibration_file);
+  return std::make_unique<sim_backend>(config.capacity_bytes, std::move(model));
+}
+
+struct registry_entry {
+  std::string_view name;
+  std::unique_ptr<vmm_backend> (*make)(const backend_config&);
+};
+
+/// Every backend of this build, one entry each; a backend behind a build option joins as
+///   #if VTENSOR_HAVE_CUDA
+///     registry_entry{"cuda", &make_cuda},
+///   #endif
+constexpr std::array k_registry = {
+    registry_entry{"sim", &make_sim},
+};
+
+}  // namespace
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  names.reserve(k_registry.size());
+  for (const registry_entry& entry : k_registry) {
+    names.emplace_back(entry.name);
+  }
+  return names;
+}
+
+std::unique_ptr<vmm_backend> make_backend(std::string_view name, const backend_config& config) {
+  for (const registry_entry& entry : k_registry) {
+    if (entry.name == name) {
+      return entry.make(config);
+    }
+  }
+  throw unknown_backend_error(fmt::format("unknown backend '{}'; this build has: {}", name,
+                                          fmt::join(backend_names(), ", ")));
+}
+
+}  // namespace vtensor

@@ -1,0 +1,113 @@
+#include "backends/vmm_backend.hpp"
+
+#include <bit>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+
+namespace vtensor {
+
+namespace {
+
+constexpr std::array<std::string_view, k_vmm_call_kinds> k_call_names = {
+    "reserve", "free_range", "create", "release", "map", "set_access", "unmap"};
+
+std::string format_error(vmm_call call, device_addr addr, const std::string& why) {
+  if (addr == 0) {
+    return fmt::format("{}: {}", to_string(call), why);
+  }
+  return fmt::format("{} at {:#x}: {}", to_string(call), addr, why);
+}
+
+}  // namespace
+
+std::string_view to_string(vmm_call call) {
+  const auto index = static_cast<std::size_t>(call);
+  return index < k_call_names.size() ? k_call_names[index] : std::string_view{"unknown"};
+}
+
+std::optional<vmm_call> vmm_call_from_string(std::string_view name) {
+  for (std::size_t i = 0; i < k_call_names.size(); ++i) {
+    if (k_call_names[i] == name) {
+      return static_cast<vmm_call>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+std::uint64_t vmm_counters::total_calls() const {
+  return std::accumulate(calls.begin(), calls.end(), std::uint64_t{0});
+}
+
+std::uint64_t vmm_counters::total_time_ns() const {
+  return std::accumulate(time_ns.begin(), time_ns.end(), std::uint64_t{0});
+}
+
+vmm_error::vmm_error(vmm_call call, device_addr addr, const std::string& why)
+    : std::runtime_error(format_error(call, addr, why)), call_(call), addr_(addr) {}
+
+void vmm_backend::check_aligned(vmm_call call, device_addr va, std::uint64_t bytes) const {
+  const std::uint64_t granularity = granularity_bytes();
+  const bool power_of_two = std::has_single_bit(granularity);
+  const auto misaligned = [&](std::uint64_t x) {
+    return power_of_two ? (x & (granularity - 1)) != 0 : x % granularity != 0;
+  };
+  if (misaligned(va)) [[unlikely]] {
+    throw vmm_error(call, va,
+                    fmt::format("address is not a multiple of the {} byte granularity", granularity));
+  }
+  if (bytes == 0) [[unlikely]] {
+    throw vmm_error(call, va, "size is zero bytes");
+  }
+  if (misaligned(bytes)) [[unlikely]] {
+    throw vmm_error(call, va,
+                    fmt::format("size {} bytes is not a multiple of the {} byte granularity", bytes,
+                                granularity));
+  }
+  if (bytes > std::numeric_limits<std::uint64_t>::max() - va) [[unlikely]] {
+    throw vmm_error(call, va, fmt::format("span of {} bytes wraps around the address space", bytes));
+  }
+}
+
+device_addr vmm_backend::reserve(std::uint64_t bytes) {
+  count(vmm_call::reserve);
+  check_aligned(vmm_call::reserve, 0, bytes);
+  return do_reserve(bytes);
+}
+
+void vmm_backend::free_range(device_addr base) {
+  count(vmm_call::free_range);
+  check_aligned(vmm_call::free_range, base, granularity_bytes());
+  do_free_range(base);
+}
+
+std::optional<chunk_handle> vmm_backend::create_chunk() {
+  count(vmm_call::create);
+  return do_create_chunk();
+}
+
+void vmm_backend::release_chunk(chunk_handle h) {
+  count(vmm_call::release);
+  do_release_chunk(h);
+}
+
+void vmm_backend::map(device_addr va, chunk_handle h) {
+  count(vmm_call::map);
+  check_aligned(vmm_call::map, va, chunk_bytes());
+  do_map(va, h);
+}
+
+void vmm_backend::set_access(device_addr va, std::uint64_t bytes) {
+  count(vmm_call::set_access);
+  check_aligned(vmm_call::set_access, va, bytes);
+  do_set_access(va, bytes);
+}
+
+void vmm_backend::unmap(device_addr va, std::uint64_t bytes) {
+  count(vmm_call::unmap);
+  check_aligned(vmm_call::unmap, va, bytes);
+  do_unmap(va, bytes);
+}
+
+}  // namespace vtensor
