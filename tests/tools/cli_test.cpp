@@ -1,0 +1,142 @@
+#include "tools/cli.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace vtt = vtensor::tools;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+result run(std::vector<std::string> args) {
+  std::ostringstream out;
+  std::ostringstream err;
+  const int code = vtt::run_cli(args, {out, err});
+  return {code, out.str(), err.str()};
+}
+
+std::string data(const std::string& name) { return VTENSOR_SOURCE_DIR "/tests/data/traces/" + name; }
+std::string shared_trace(const std::string& name) { return VTENSOR_SHARED_DIR "/traces/" + name; }
+
+fs::path temp_file(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "vtensor_cli_test";
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+} // namespace
+
+TEST_CASE("vtensor --help lists the subcommands; unknown ones exit 2") {
+  const auto help = run({"--help"});
+  CHECK(help.code == 0);
+  CHECK(help.out.find("inspect") != std::string::npos);
+  CHECK(help.out.find("gen-trace") != std::string::npos);
+  CHECK(run({}).code == 2);
+  const auto unknown = run({"frobnicate"});
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err.find("unknown command 'frobnicate'") != std::string::npos);
+  CHECK(vtt::find_subcommand("inspect") != nullptr);
+  CHECK(run({"help", "inspect"}).out.find("usage: vtensor inspect") != std::string::npos);
+}
+
+TEST_CASE("inspect prints the reference hit rate of the Mooncake conversation trace") {
+  const fs::path json = temp_file("conversation.json");
+  const auto r = run({"inspect", shared_trace("mooncake_conversation_trace.jsonl"), "--json", json.string()});
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out.find("requests: 12,031") != std::string::npos);
+  CHECK(r.out.find("prompt tokens: 144,793,823") != std::string::npos);
+  CHECK(r.out.find("output tokens: 4,122,048") != std::string::npos);
+  CHECK(r.out.find("prefix hit rate (infinite cache, sequential): 0.3736") != std::string::npos);
+  std::ifstream in(json);
+  const auto summary = nlohmann::json::parse(in);
+  CHECK(summary["requests"] == 12031);
+  CHECK(summary["prompt_tokens"] == 144793823);
+  CHECK(summary["format"] == "mooncake");
+  CHECK(summary["input_lengths"]["max"] == 126195);
+}
+
+TEST_CASE("inspect: --help, bad options and bad input") {
+  const auto help = run({"inspect", "--help"});
+  CHECK(help.code == 0);
+  CHECK(help.out.find("--block-tokens") != std::string::npos);
+
+  const auto missing = run({"inspect"});
+  CHECK(missing.code == 2);
+  CHECK(missing.err.rfind("vtensor inspect: ", 0) == 0);
+
+  CHECK(run({"inspect", data("mooncake_small.jsonl"), "--bogus"}).code == 2);
+  CHECK(run({"inspect", data("mooncake_small.jsonl"), "--format", "parquet"}).code == 2);
+  CHECK(run({"inspect", data("mooncake_small.jsonl"), "--block-tokens", "abc"}).code == 2);
+
+  const auto bad = run({"inspect", data("negative_length.jsonl")});
+  CHECK(bad.code == 2);
+  CHECK(bad.out.empty());
+  CHECK(bad.err.find("vtensor inspect: ") == 0);
+  CHECK(bad.err.find("negative_length.jsonl:2: field 'output_length': negative value -5") !=
+        std::string::npos);
+
+  const auto absent = run({"inspect", data("no_such_file.jsonl")});
+  CHECK(absent.code == 2);
+  CHECK(absent.err.find("cannot open") != std::string::npos);
+
+  const auto forced = run({"inspect", data("azure_small.csv"), "--format", "azure"});
+  CHECK(forced.code == 0);
+  CHECK(forced.out.find("prefix hit rate (infinite cache, sequential): 0.0000") != std::string::npos);
+}
+
+TEST_CASE("inspect --json to an unwritable place exits 1") {
+  const auto r = run({"inspect", data("mooncake_small.jsonl"), "--json", "/nonexistent-dir/x.json"});
+  CHECK(r.code == 1);
+  CHECK(r.err.find("vtensor inspect: ") == 0);
+}
+
+TEST_CASE("gen-trace writes a trace that inspect reads; same seed, same bytes") {
+  const fs::path a = temp_file("gen_a.jsonl");
+  const fs::path b = temp_file("gen_b.jsonl");
+  const auto first = run({"gen-trace", "--out", a.string(), "-n", "3000", "--seed", "42",
+                          "--fanout-prob", "0.1", "--arrival", "gamma", "--cv", "2"});
+  CHECK(first.code == 0);
+  CHECK(first.out.find("wrote 3000 requests") != std::string::npos);
+  CHECK(first.out.find("seed 42") != std::string::npos);
+  CHECK(run({"gen-trace", "--out", b.string(), "-n", "3000", "--seed", "42", "--fanout-prob",
+             "0.1", "--arrival", "gamma", "--cv", "2"})
+            .code == 0);
+  std::ifstream in_a(a, std::ios::binary);
+  std::ifstream in_b(b, std::ios::binary);
+  std::stringstream text_a;
+  std::stringstream text_b;
+  text_a << in_a.rdbuf();
+  text_b << in_b.rdbuf();
+  CHECK(text_a.str() == text_b.str());
+
+  const auto inspected = run({"inspect", a.string()});
+  CHECK(inspected.code == 0);
+  CHECK(inspected.out.find("requests: 3,000") != std::string::npos);
+  CHECK(inspected.out.find("(vtensor)") != std::string::npos);
+}
+
+TEST_CASE("gen-trace: bad usage exits 2 and leaves no file") {
+  const fs::path out = temp_file("gen_bad.jsonl");
+  fs::remove(out);
+  CHECK(run({"gen-trace"}).code == 2);
+  CHECK(run({"gen-trace", "--out", out.string(), "--turns", "zipf:2"}).code == 2);
+  CHECK(run({"gen-trace", "--out", out.string(), "--arrival", "weibull"}).code == 2);
+  CHECK(run({"gen-trace", "--out", out.string(), "--rate", "0"}).code == 2);
+  const auto both = run({"gen-trace", "--out", out.string(), "-n", "5", "--sessions", "5"});
+  CHECK(both.code == 2);
+  CHECK(both.err.find("vtensor gen-trace: ") == 0);
+  CHECK_FALSE(fs::exists(out));
+  CHECK(run({"gen-trace", "--help"}).out.find("--fanout-prob") != std::string::npos);
+}

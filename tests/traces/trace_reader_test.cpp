@@ -1,0 +1,179 @@
+#include "traces/azure_reader.hpp"
+#include "traces/mooncake_reader.hpp"
+#include "traces/trace_error.hpp"
+#include "traces/trace_reader.hpp"
+#include "traces/vtensor_reader.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+namespace vt = vtensor::traces;
+
+namespace {
+
+std::string data(const std::string& name) { return VTENSOR_SOURCE_DIR "/tests/data/traces/" + name; }
+
+std::vector<vt::trace_request> read_all(vt::trace_reader& reader) {
+  std::vector<vt::trace_request> requests;
+  while (auto request = reader.next()) requests.push_back(std::move(*request));
+  return requests;
+}
+
+// Reads `name` to its end and returns the trace_error it must raise.
+vt::trace_error read_error(const std::string& name, std::optional<vt::trace_format> format = {}) {
+  try {
+    auto reader = vt::open_trace(data(name), format);
+    vt::trace_request request;
+    while (reader->next(request)) {
+    }
+  } catch (const vt::trace_error& error) {
+    return error;
+  }
+  FAIL("no trace_error for " << name);
+  return vt::trace_error("", 0, "", "");
+}
+
+void check_error(const std::string& name, std::uint64_t line, const std::string& field,
+                 const std::string& why) {
+  CAPTURE(name);
+  const vt::trace_error error = read_error(name);
+  const std::string message = error.what();
+  CAPTURE(message);
+  CHECK(error.line() == line);
+  CHECK(error.field() == field);
+  CHECK(message.find(name + ":" + std::to_string(line) + ":") != std::string::npos);
+  if (!field.empty()) CHECK(message.find("field '" + field + "'") != std::string::npos);
+  CHECK(message.find(why) != std::string::npos);
+}
+
+} // namespace
+
+TEST_CASE("mooncake reader yields requests in file order with 512-token blocks") {
+  auto reader = vt::open_trace(data("mooncake_small.jsonl"), std::nullopt);
+  CHECK(reader->format() == vt::trace_format::mooncake);
+  CHECK(reader->block_tokens() == 512);
+  const auto requests = read_all(*reader);
+  REQUIRE(requests.size() == 4);
+  CHECK(requests[0].arrival_us == 0);
+  CHECK(requests[0].input_tokens == 1200);
+  CHECK(requests[0].output_tokens == 10);
+  CHECK(requests[0].block_keys == std::vector<std::uint64_t>{1, 2, 3});
+  CHECK(requests[0].tokens_in_block(2) == 176);
+  CHECK(requests[2].arrival_us == 1'500'000);
+  CHECK(requests[2].line == 4);
+  CHECK(requests[3].arrival_us == 2'000'500);
+  CHECK(requests[3].session == 3);
+  CHECK(requests[3].line == 5);
+  CHECK(reader->requests_read() == 4);
+}
+
+TEST_CASE("azure reader converts wall-clock timestamps across midnight and leap day") {
+  auto reader = vt::open_trace(data("azure_small.csv"), std::nullopt);
+  CHECK(reader->format() == vt::trace_format::azure);
+  CHECK(reader->block_tokens() == 0);
+  const auto requests = read_all(*reader);
+  REQUIRE(requests.size() == 4);
+  CHECK(requests[0].arrival_us == 0);
+  CHECK(requests[1].arrival_us == 0);
+  CHECK(requests[2].arrival_us == 1'000'001);
+  CHECK(requests[3].arrival_us == 5'184'000'000'001);
+  CHECK(requests[0].input_tokens == 374);
+  CHECK(requests[2].output_tokens == 109);
+  CHECK(requests[3].output_tokens == 0);
+  CHECK(requests[3].block_keys.empty());
+  CHECK(requests[3].line == 5);
+}
+
+TEST_CASE("date-time parsing rejects impossible dates") {
+  CHECK(vt::parse_date_time_ns("1970-01-01 00:00:00") == 0);
+  CHECK(vt::parse_date_time_ns("1970-01-02 00:00:00.5") == 86'400'500'000'000);
+  CHECK_FALSE(vt::parse_date_time_ns("2023-02-29 00:00:00"));
+  CHECK(vt::parse_date_time_ns("2024-02-29 00:00:00"));
+  CHECK_FALSE(vt::parse_date_time_ns("2023-11-16 24:00:00"));
+  CHECK_FALSE(vt::parse_date_time_ns("2023-11-16 18:15:46."));
+  CHECK_FALSE(vt::parse_date_time_ns("2023-11-16 18:15:46.1234567890"));
+  CHECK_FALSE(vt::parse_date_time_ns("2023-11-16"));
+}
+
+TEST_CASE("vtensor reader reads the header, defaults session and turn") {
+  vt::vtensor_reader reader(data("vtensor_small.jsonl"));
+  CHECK(reader.block_tokens() == 4);
+  CHECK(reader.header().find("hand-made") != std::string::npos);
+  const auto requests = read_all(reader);
+  REQUIRE(requests.size() == 3);
+  CHECK(requests[1].session == 7);
+  CHECK(requests[1].turn == 1);
+  CHECK(requests[1].block_keys == std::vector<std::uint64_t>{10, 12, 13, 14});
+  CHECK(requests[1].tokens_in_block(3) == 1);
+  CHECK(requests[2].session == 2);
+  CHECK(requests[2].turn == 0);
+  CHECK(requests[2].block_keys.empty());
+  CHECK(requests[2].line == 4);
+}
+
+TEST_CASE("vtensor header block size must agree with the one asked for") {
+  vt::reader_options options;
+  options.block_tokens = 512;
+  CHECK_THROWS_AS(vt::vtensor_reader(data("vtensor_small.jsonl"), options), vt::trace_error);
+  options.block_tokens = 4;
+  CHECK_NOTHROW(vt::vtensor_reader(data("vtensor_small.jsonl"), options));
+}
+
+TEST_CASE("format detection and forcing") {
+  CHECK(vt::detect_trace_format(data("mooncake_small.jsonl")) == vt::trace_format::mooncake);
+  CHECK(vt::detect_trace_format(data("azure_small.csv")) == vt::trace_format::azure);
+  CHECK(vt::detect_trace_format(data("vtensor_small.jsonl")) == vt::trace_format::vtensor);
+  CHECK(vt::parse_trace_format("azure") == vt::trace_format::azure);
+  CHECK_FALSE(vt::parse_trace_format("auto"));
+  const vt::trace_error error = read_error("unknown_format.txt");
+  CHECK(error.line() == 1);
+  CHECK(std::string(error.what()).find("--format") != std::string::npos);
+  // Forcing the wrong format fails on the content, naming the line.
+  const vt::trace_error forced = read_error("mooncake_small.jsonl", vt::trace_format::vtensor);
+  CHECK(forced.line() == 1);
+  CHECK(std::string(forced.what()).find("unknown field") != std::string::npos);
+}
+
+TEST_CASE("a missing file is a trace_error naming it") {
+  try {
+    (void)vt::open_trace(data("no_such_file.jsonl"), vt::trace_format::mooncake);
+    FAIL("no error");
+  } catch (const vt::trace_error& error) {
+    CHECK(std::string(error.what()).find("no_such_file.jsonl: cannot open") != std::string::npos);
+  }
+  CHECK_THROWS_AS((void)vt::detect_trace_format(data("no_such_file.jsonl")), vt::trace_error);
+}
+
+TEST_CASE("bad JSON names file and line") { check_error("bad_json.jsonl", 2, "", "bad JSON"); }
+
+TEST_CASE("missing field names the field") {
+  check_error("missing_field.jsonl", 3, "output_length", "missing");
+}
+
+TEST_CASE("wrong type names the field") { check_error("wrong_type.jsonl", 1, "input_length", "wrong type"); }
+
+TEST_CASE("negative length is rejected") {
+  check_error("negative_length.jsonl", 2, "output_length", "negative value -5");
+}
+
+TEST_CASE("hash_ids must number ceil(input_length / 512)") {
+  check_error("too_many_blocks.jsonl", 2, "hash_ids", "3 block keys do not fit 600 prompt tokens");
+  check_error("too_few_blocks.jsonl", 1, "hash_ids", "need exactly 3");
+}
+
+TEST_CASE("timestamps going backwards are rejected with both values") {
+  check_error("backwards.jsonl", 3, "timestamp", "3000 us, after 5000 us on line 2");
+  check_error("azure_backwards.csv", 3, "TIMESTAMP", "backwards");
+}
+
+TEST_CASE("azure: bad timestamp and negative count") {
+  check_error("azure_bad_timestamp.csv", 3, "TIMESTAMP", "2023-13-16");
+  check_error("azure_negative.csv", 2, "GeneratedTokens", "negative");
+}
+
+TEST_CASE("vtensor: unknown field and unsupported version") {
+  check_error("vtensor_unknown_field.jsonl", 2, "input_token", "unknown field");
+  check_error("vtensor_bad_version.jsonl", 1, "version", "not supported");
+}
