@@ -1,0 +1,123 @@
+#include "core/manager.hpp"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace vtensor {
+
+manager::manager(vmm_backend& backend, manager_config config)
+    : geometry_(config.geometry),
+      scheduler_(backend, config.geometry, config.scheduler, make_eviction_policy(config.eviction)) {}
+
+manager::~manager() {
+  try {
+    shutdown();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+  }
+}
+
+void manager::after_op() const {
+#ifdef VTENSOR_EXPENSIVE_CHECKS
+  scheduler_.check_invariants();
+#endif
+}
+
+create_result manager::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
+                              std::uint64_t max_tokens) {
+  std::lock_guard lock(mutex_);
+  auto r = scheduler_.create(id, blocks, prompt_tokens, max_tokens);
+  after_op();
+  return r;
+}
+
+alloc_status manager::extend(request_id id, std::uint64_t tokens) {
+  std::lock_guard lock(mutex_);
+  auto r = scheduler_.extend(id, tokens);
+  after_op();
+  return r;
+}
+
+create_result manager::fork(request_id parent, request_id child) {
+  std::lock_guard lock(mutex_);
+  auto r = scheduler_.fork(parent, child);
+  after_op();
+  return r;
+}
+
+void manager::finish(request_id id, std::span<const token_block> extra_blocks) {
+  std::lock_guard lock(mutex_);
+  scheduler_.finish(id, extra_blocks);
+  after_op();
+}
+
+void manager::preempt(request_id id) {
+  std::lock_guard lock(mutex_);
+  scheduler_.preempt(id);
+  after_op();
+}
+
+std::optional<vtensor_view> manager::view(request_id id) const {
+  std::lock_guard lock(mutex_);
+  const vtensor_record* r = scheduler_.find(id);
+  if (r == nullptr) return std::nullopt;
+  return scheduler_.view(*r);
+}
+
+layer_addressing manager::layer(request_id id, std::uint32_t layer) const {
+  std::lock_guard lock(mutex_);
+  const vtensor_record* r = scheduler_.find(id);
+  if (r == nullptr) throw std::invalid_argument(fmt::format("request {} is not live", id.value));
+  layer_addressing a = geometry_.layer(layer, r->tensor_span_bytes);
+  a.k_offset_bytes += r->base;
+  a.v_offset_bytes += r->base;
+  return a;
+}
+
+manager_stats manager::stats() const {
+  std::lock_guard lock(mutex_);
+  const operations& ops = scheduler_.ops();
+  const std::uint64_t chunk = geometry_.chunk_bytes();
+  manager_stats s;
+  s.physical_bytes = ops.chunks().live() * chunk;
+  s.mapped_bytes = ops.mapped_chunks() * chunk;
+  s.used_bytes = scheduler_.own_valid_bytes() + ops.shared_chunks() * chunk;
+  s.free_pool_bytes = ops.chunks().free_count() * chunk;
+  s.cached_bytes = s.physical_bytes - s.mapped_bytes - s.free_pool_bytes;
+  s.logical_bytes = scheduler_.logical_bytes();
+  s.live_requests = scheduler_.live_requests();
+  const scheduler_counters& sc = scheduler_.counters();
+  s.prompt_tokens = sc.prompt_tokens;
+  s.prefix_hit_tokens = sc.hit_tokens;
+  s.recomputed_tokens = sc.recomputed_tokens;
+  s.preemption_signals = sc.preemption_signals;
+  s.preempted = sc.preempted;
+  s.cow_bytes = ops.counters().cow_bytes;
+  s.evicted_nodes = ops.counters().evicted_nodes;
+  s.tree_nodes = ops.tree().node_count();
+  s.tree_pages = ops.tree().page_count();
+  s.vmm = ops.backend().counters();
+  return s;
+}
+
+std::size_t manager::trim() {
+  std::lock_guard lock(mutex_);
+  return scheduler_.ops().trim();
+}
+
+void manager::shutdown() {
+  std::lock_guard lock(mutex_);
+  scheduler_.shutdown();
+}
+
+void manager::check_invariants() const {
+  std::lock_guard lock(mutex_);
+  scheduler_.check_invariants();
+}
+
+void manager::set_device_copy(device_copy_fn fn) {
+  std::lock_guard lock(mutex_);
+  scheduler_.ops().set_device_copy(std::move(fn));
+}
+
+}  // namespace vtensor

@@ -1,0 +1,118 @@
+#pragma once
+/// VTM, the vTensor manager: the public API. Request ids in, device pointers out, a stats
+/// snapshot, and the invariant check. Every method is safe to call from several threads (one
+/// mutex serialises them, as the driver serialises VMM calls anyway).
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "backends/vmm_backend.hpp"
+#include "core/kv_geometry.hpp"
+#include "core/scheduler.hpp"
+#include "core/vtensor.hpp"
+
+namespace vtensor {
+
+/// Everything a manager is built from.
+struct manager_config {
+  kv_geometry geometry{*model_preset("llama-3-8b"), kv_layout::kv_split};  ///< model x layout
+  scheduler_config scheduler;                                             ///< scheduling policies
+  std::string eviction = "lru";                                           ///< rTree eviction policy name
+};
+
+/// A consistent snapshot of memory and activity. Definitions: ../shared/DESIGN.md, "Metrics".
+struct manager_stats {
+  std::uint64_t physical_bytes = 0;   ///< chunks created and not released
+  std::uint64_t mapped_bytes = 0;     ///< chunks mapped at least once
+  std::uint64_t used_bytes = 0;       ///< bytes holding valid KV in mapped chunks, shared ones once
+  std::uint64_t cached_bytes = 0;     ///< chunks held only by the prefix cache
+  std::uint64_t free_pool_bytes = 0;  ///< chunks in the free pool
+  std::uint64_t logical_bytes = 0;    ///< sum over live requests of tokens x bytes per token
+  std::uint64_t live_requests = 0;    ///< requests created and not finished or preempted
+  std::uint64_t prompt_tokens = 0;    ///< prompt tokens of created requests
+  std::uint64_t prefix_hit_tokens = 0;  ///< of which served from the prefix cache
+  std::uint64_t recomputed_tokens = 0;  ///< cached tokens recomputed by the partial-page policy
+  std::uint64_t cow_bytes = 0;        ///< bytes copied by copy-on-write
+  std::uint64_t evicted_nodes = 0;    ///< prefix-cache leaves evicted
+  std::uint64_t preemption_signals = 0;  ///< calls answered needs_preemption
+  std::uint64_t preempted = 0;        ///< requests preempted
+  std::uint64_t tree_nodes = 0;       ///< rTree nodes
+  std::uint64_t tree_pages = 0;       ///< page versions cached in the rTree
+  vmm_counters vmm;                   ///< VMM calls and charged time per kind
+
+  /// 1 - used / mapped (0 when nothing is mapped).
+  [[nodiscard]] double internal_fragmentation() const {
+    return mapped_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(used_bytes) / static_cast<double>(mapped_bytes);
+  }
+  /// (physical - mapped) / physical.
+  [[nodiscard]] double pool_idle() const {
+    return physical_bytes == 0 ? 0.0
+                               : static_cast<double>(physical_bytes - mapped_bytes) / static_cast<double>(physical_bytes);
+  }
+  /// 1 - used / logical: memory saved by sharing prefixes.
+  [[nodiscard]] double sharing_saving() const {
+    return logical_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(used_bytes) / static_cast<double>(logical_bytes);
+  }
+  /// prefix hit tokens / prompt tokens.
+  [[nodiscard]] double prefix_hit_rate() const {
+    return prompt_tokens == 0 ? 0.0 : static_cast<double>(prefix_hit_tokens) / static_cast<double>(prompt_tokens);
+  }
+};
+
+/// The manager. Does not own the backend, which must outlive it.
+class manager {
+ public:
+  /// Throws std::invalid_argument for an unknown eviction policy or a backend whose granularity
+  /// is not the chunk size.
+  manager(vmm_backend& backend, manager_config config);
+  /// Shuts down (see shutdown()); errors there are swallowed, call shutdown() to see them.
+  ~manager();
+  manager(const manager&) = delete;
+  manager& operator=(const manager&) = delete;
+
+  /// Creates request `id` with `prompt_tokens` tokens named (leading part) by `blocks`, reusing
+  /// the longest cached prefix; `max_tokens` 0 means the configured context. On
+  /// needs_preemption nothing changed. Throws std::invalid_argument on bad arguments, vmm_error
+  /// on a driver failure (nothing is left behind).
+  create_result create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
+                       std::uint64_t max_tokens = 0);
+  /// Grows request `id` by `tokens`; the pointer never moves.
+  [[nodiscard]] alloc_status extend(request_id id, std::uint64_t tokens);
+  /// Forks live request `parent` into new request `child` sharing its whole pages.
+  create_result fork(request_id parent, request_id child);
+  /// Ends request `id`: its prefix is recorded for reuse, its memory returns to the pool.
+  void finish(request_id id, std::span<const token_block> extra_blocks = {});
+  /// Drops request `id` to free memory.
+  void preempt(request_id id);
+
+  /// Pointers and sizes of a live request, or nullopt.
+  [[nodiscard]] std::optional<vtensor_view> view(request_id id) const;
+  /// Device address of layer `layer`'s K (or V) for request `id`, with its token stride.
+  [[nodiscard]] layer_addressing layer(request_id id, std::uint32_t layer) const;
+  /// Memory and activity now.
+  [[nodiscard]] manager_stats stats() const;
+  /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
+  std::size_t trim();
+  /// Drops all live requests and the prefix cache and releases everything to the driver. The
+  /// manager stays usable.
+  void shutdown();
+  /// Checks every invariant of ../shared/DESIGN.md; throws std::logic_error naming the first broken.
+  void check_invariants() const;
+
+  [[nodiscard]] const kv_geometry& geometry() const { return geometry_; }
+  /// Installs the device copy for copy-on-write (GPU backends).
+  void set_device_copy(device_copy_fn fn);
+
+ private:
+  void after_op() const;
+
+  kv_geometry geometry_;
+  mutable std::mutex mutex_;
+  scheduler scheduler_;
+};
+
+}  // namespace vtensor

@@ -1,0 +1,243 @@
+#include "core/operations.hpp"
+
+#include <stdexcept>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace vtensor {
+
+// Note [Copy-on-write of a partial prefix page]
+// A cached prefix may end inside a page: the page's chunks are valid only up to some byte. A new
+// request that reuses that prefix cannot map those chunks, because it would write its own tokens
+// after the valid bytes, into memory that the cache (and maybe other requests) still read. It
+// either recomputes the partial page's tokens (policy `recompute`: the hit stops at the last
+// whole shared page) or takes fresh chunks and copies the valid bytes into them (policy `cow`).
+// The source chunk of a copy may be mapped nowhere (a cached page): on a GPU it must be mapped to
+// be read, so the copy maps it at a scratch address, sets access, copies and unmaps. Those VMM
+// calls are charged on the simulated device too, so that simulated time shows what a copy costs.
+
+operations::operations(vmm_backend& backend, const kv_geometry& geometry, std::uint64_t vtensor_bytes,
+                       std::unique_ptr<eviction_policy> eviction, std::size_t range_cache)
+    : backend_(backend),
+      geometry_(geometry),
+      vtensor_bytes_(vtensor_bytes),
+      range_cache_limit_(range_cache),
+      tree_(std::move(eviction)) {
+  if (backend_.granularity_bytes() != geometry_.chunk_bytes()) {
+    throw std::invalid_argument(fmt::format("backend '{}' maps in {} byte units; vtensor needs {}", backend_.name(),
+                                            backend_.granularity_bytes(), geometry_.chunk_bytes()));
+  }
+}
+
+operations::~operations() = default;
+
+std::optional<chunk_id> operations::alloc_chunk() {
+  if (auto c = pset_.take_free()) {
+    ++counters_.pool_hits;
+    return c;
+  }
+  auto h = backend_.create_chunk();
+  if (!h) return std::nullopt;
+  ++counters_.chunks_created;
+  return pset_.adopt(*h);
+}
+
+std::optional<chunk_id> operations::alloc_chunk_evicting() {
+  for (;;) {
+    if (auto c = alloc_chunk()) return c;
+    if (!evict_one()) return std::nullopt;
+  }
+}
+
+bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_id>& out) {
+  const std::size_t start = out.size();
+  out.reserve(start + count);
+  for (std::size_t i = 0; i < count; ++i) {
+    auto c = evict ? alloc_chunk_evicting() : alloc_chunk();
+    if (!c) {
+      for (std::size_t j = start; j < out.size(); ++j) unuse(out[j]);
+      out.resize(start);
+      return false;
+    }
+    out.push_back(*c);
+  }
+  return true;
+}
+
+void operations::unuse(chunk_id c) {
+  const chunk_record& r = pset_[c];
+  if (r.ref_count == 0 && !r.in_free_pool) pset_.put_free(c);
+}
+
+void operations::drop_pages(std::vector<page_version>& pages) {
+  for (auto& v : pages) {
+    for (chunk_id c : v.chunks) {
+      --pset_[c].tree_refs;
+      pset_.drop_ref(c);
+    }
+  }
+}
+
+bool operations::evict_one() {
+  auto pages = tree_.evict_one();
+  if (!pages) return false;
+  ++counters_.evicted_nodes;
+  counters_.evicted_pages += pages->size();
+  drop_pages(*pages);
+  return true;
+}
+
+device_addr operations::alloc_range() {
+  if (!range_cache_.empty()) {
+    device_addr base = range_cache_.back();
+    range_cache_.pop_back();
+    ++counters_.range_hits;
+    return base;
+  }
+  return backend_.reserve(vtensor_bytes_);
+}
+
+void operations::free_range(device_addr base) {
+  if (range_cache_.size() < range_cache_limit_) {
+    range_cache_.push_back(base);
+  } else {
+    backend_.free_range(base);
+  }
+}
+
+mapping& operations::map(device_addr va, chunk_id c, request_id owner, bool shared) {
+  backend_.map(va, pset_[c].handle);
+  chunk_record& r = pset_[c];
+  mapping& m = vset_.insert(va, c, owner, shared);
+  if (r.mappings.empty()) ++mapped_chunks_;
+  r.mappings.push_back(m);
+  pset_.add_ref(c);
+  if (shared && r.shared_mappings++ == 0) ++shared_chunks_;
+  return m;
+}
+
+void operations::make_shared(mapping& m) {
+  if (m.shared) return;
+  m.shared = true;
+  if (pset_[m.chunk].shared_mappings++ == 0) ++shared_chunks_;
+}
+
+void operations::unmap_run(std::span<mapping* const> maps) {
+  if (maps.empty()) return;
+  backend_.unmap(maps.front()->va, maps.size() * geometry_.chunk_bytes());
+  for (mapping* m : maps) {
+    chunk_record& r = pset_[m->chunk];
+    if (m->shared && --r.shared_mappings == 0) --shared_chunks_;
+    r.mappings.erase(r.mappings.iterator_to(*m));
+    if (r.mappings.empty()) --mapped_chunks_;
+    const chunk_id c = m->chunk;
+    vset_.erase(*m);
+    pset_.drop_ref(c);
+  }
+}
+
+void operations::record_page(radix_node& node, page_version version) {
+  for (chunk_id c : version.chunks) {
+    ++pset_[c].tree_refs;
+    pset_.add_ref(c);
+  }
+  if (auto back = tree_.attach(node, std::move(version))) {
+    std::vector<page_version> dropped;
+    dropped.push_back(std::move(*back));
+    drop_pages(dropped);
+  }
+}
+
+void operations::copy_prefix(device_addr dst, chunk_id src, std::uint64_t bytes) {
+  counters_.cow_bytes += bytes;
+  const chunk_record& r = pset_[src];
+  device_addr from = 0;
+  if (!r.mappings.empty()) {
+    from = r.mappings.front().va;
+    if (copy_) copy_(dst, from, bytes);
+    return;
+  }
+  if (scratch_ == 0) scratch_ = backend_.reserve(geometry_.chunk_bytes());
+  backend_.map(scratch_, r.handle);
+  try {
+    backend_.set_access(scratch_, geometry_.chunk_bytes());
+    if (copy_) copy_(dst, scratch_, bytes);
+  } catch (...) {
+    backend_.unmap(scratch_, geometry_.chunk_bytes());
+    throw;
+  }
+  backend_.unmap(scratch_, geometry_.chunk_bytes());
+}
+
+std::size_t operations::trim() {
+  std::size_t released = 0;
+  while (auto c = pset_.take_free()) {
+    backend_.release_chunk(pset_.forget(*c));
+    ++released;
+  }
+  for (device_addr base : range_cache_) backend_.free_range(base);
+  range_cache_.clear();
+  if (scratch_ != 0) {
+    backend_.free_range(scratch_);
+    scratch_ = 0;
+  }
+  return released;
+}
+
+void operations::drop_cache_and_trim() {
+  auto pages = tree_.clear();
+  drop_pages(pages);
+  trim();
+}
+
+void operations::check_invariants() const {
+  auto fail = [](const std::string& why) { throw std::logic_error("pool invariant: " + why); };
+  tree_.check_invariants();
+  std::unordered_map<std::uint32_t, std::uint32_t> tree_refs;
+  tree_.for_each_page([&](const radix_node&, const page_version& v) {
+    if (v.chunks.size() != geometry_.tensors()) fail(fmt::format("page {} has {} chunks", v.page, v.chunks.size()));
+    for (chunk_id c : v.chunks) ++tree_refs[c.value];
+  });
+  std::uint64_t mapped = 0, shared = 0, in_free = 0, mappings = 0;
+  pset_.for_each([&](chunk_id id, const chunk_record& r) {
+    const auto it = tree_refs.find(id.value);
+    const std::uint32_t t = it == tree_refs.end() ? 0 : it->second;
+    if (r.tree_refs != t) fail(fmt::format("chunk {}: {} tree refs recorded, {} in the tree", id.value, r.tree_refs, t));
+    if (r.ref_count != r.mappings.size() + r.tree_refs) {
+      fail(fmt::format("chunk {}: reference count {} != {} mappings + {} tree refs", id.value, r.ref_count,
+                       r.mappings.size(), r.tree_refs));
+    }
+    if (r.in_free_pool != (r.ref_count == 0)) {
+      fail(fmt::format("chunk {}: {} references but {} the free pool", id.value, r.ref_count,
+                       r.in_free_pool ? "in" : "not in"));
+    }
+    std::uint32_t s = 0;
+    for (const mapping& m : r.mappings) {
+      if (m.chunk != id) fail(fmt::format("chunk {} lists a mapping of chunk {}", id.value, m.chunk.value));
+      if (vset_.find(m.va) != &m) fail(fmt::format("mapping at {:#x} missing from vSet", m.va));
+      if (m.shared) {
+        ++s;
+      } else if (r.ref_count != 1) {
+        fail(fmt::format("chunk {} is written through {:#x} by request {} but has {} references", id.value, m.va,
+                         m.owner.value, r.ref_count));
+      }
+    }
+    if (s != r.shared_mappings) fail(fmt::format("chunk {}: shared mapping count drifted", id.value));
+    mapped += r.mappings.empty() ? 0 : 1;
+    shared += s > 0 ? 1 : 0;
+    in_free += r.in_free_pool ? 1 : 0;
+    mappings += r.mappings.size();
+  });
+  if (in_free != pset_.free_count()) fail("free pool size disagrees with the chunk records");
+  if (mapped != mapped_chunks_) fail(fmt::format("{} chunks mapped, {} counted", mapped, mapped_chunks_));
+  if (shared != shared_chunks_) fail(fmt::format("{} chunks shared, {} counted", shared, shared_chunks_));
+  if (mappings != vset_.size()) fail(fmt::format("{} chunk mappings, {} in vSet", mappings, vset_.size()));
+  const vmm_live live = backend_.live();
+  if (live.chunks != pset_.live()) {
+    fail(fmt::format("backend holds {} chunks, pSet {} (created = free + in use)", live.chunks, pset_.live()));
+  }
+  if (live.mappings != vset_.size()) fail(fmt::format("backend holds {} mappings, vSet {}", live.mappings, vset_.size()));
+}
+
+}  // namespace vtensor

@@ -1,0 +1,135 @@
+#pragma once
+/// VTO, the vTensor operations: the only code that calls the VMM backend. Physical allocation
+/// (free pool first, then create), virtual allocation (reserve without physical memory), map and
+/// unmap, lazy deallocation (chunks go to the free pool; the driver gets them back only through
+/// trim() or shutdown), eviction of cached prefixes, and copy-on-write of partial prefix pages.
+/// Owns the vTensor pool: pSet, vSet and rTree.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "backends/vmm_backend.hpp"
+#include "core/eviction_policy.hpp"
+#include "core/kv_geometry.hpp"
+#include "core/pset.hpp"
+#include "core/radix_tree.hpp"
+#include "core/vset.hpp"
+
+namespace vtensor {
+
+/// Copies `bytes` from `src` to `dst` on the device (a cudaMemcpy on a GPU). Absent on the
+/// simulated device, where copy-on-write is counted but moves no data.
+using device_copy_fn = std::function<void(device_addr dst, device_addr src, std::uint64_t bytes)>;
+
+/// Counters that only operations can keep.
+struct operation_counters {
+  std::uint64_t cow_bytes = 0;       ///< bytes copied by copy-on-write
+  std::uint64_t evicted_nodes = 0;   ///< rTree leaves evicted
+  std::uint64_t evicted_pages = 0;   ///< page versions dropped by eviction
+  std::uint64_t pool_hits = 0;       ///< chunks taken from the free pool
+  std::uint64_t chunks_created = 0;  ///< chunks created through the backend
+  std::uint64_t range_hits = 0;      ///< vTensor ranges reused from the range cache
+};
+
+/// The operations and the pool they act on. Not thread-safe.
+class operations {
+ public:
+  /// `vtensor_bytes` is the size of every vTensor range; `range_cache` bounds how many freed
+  /// ranges are kept reserved for reuse.
+  operations(vmm_backend& backend, const kv_geometry& geometry, std::uint64_t vtensor_bytes,
+             std::unique_ptr<eviction_policy> eviction, std::size_t range_cache);
+  ~operations();
+  operations(const operations&) = delete;
+  operations& operator=(const operations&) = delete;
+
+  // --- physical allocation ---
+  /// A chunk from the free pool, else a new one; nullopt when the device is out of memory.
+  /// The chunk comes unreferenced: map it, or give it back with unuse().
+  [[nodiscard]] std::optional<chunk_id> alloc_chunk();
+  /// alloc_chunk(), evicting cached prefixes (policy order) until a chunk frees up.
+  [[nodiscard]] std::optional<chunk_id> alloc_chunk_evicting();
+  /// `count` chunks, all or none (none taken are kept on failure). With `evict`, cached prefixes
+  /// are evicted to make room.
+  [[nodiscard]] bool alloc_chunks(std::size_t count, bool evict, std::vector<chunk_id>& out);
+  /// Gives back a chunk from alloc_chunk() that was never mapped (skips mapped ones).
+  void unuse(chunk_id c);
+  /// Evicts one rTree leaf and drops its references; false when nothing is evictable.
+  bool evict_one();
+
+  // --- virtual allocation ---
+  /// A vTensor range: from the range cache, else reserved.
+  [[nodiscard]] device_addr alloc_range();
+  /// Returns a vTensor range (holding no mapping) to the range cache, or frees it when full.
+  void free_range(device_addr base);
+
+  // --- mapping ---
+  /// Maps `c` at `va` for `owner` and records it in vSet/pSet (+1 reference). Access is not set.
+  mapping& map(device_addr va, chunk_id c, request_id owner, bool shared);
+  /// Grants access to mapped `[va, va + bytes)`.
+  void set_access(device_addr va, std::uint64_t bytes) { backend_.set_access(va, bytes); }
+  /// Unmaps the contiguous mappings `maps` (adjacent addresses, ascending) in one call; chunks left
+  /// unreferenced go to the free pool.
+  void unmap_run(std::span<mapping* const> maps);
+  /// Turns a private mapping into an immutable shared one.
+  void make_shared(mapping& m);
+
+  // --- tree ---
+  /// Takes a tree reference on each chunk of `version` and hangs it on `node`; whatever the tree
+  /// hands back (a dominated version, or this one if redundant) loses its references.
+  void record_page(radix_node& node, page_version version);
+  [[nodiscard]] radix_tree& tree() { return tree_; }
+  [[nodiscard]] const radix_tree& tree() const { return tree_; }
+
+  // --- copy-on-write ---
+  /// Copies the first `bytes` of chunk `src` into the page at `dst`. A source mapped somewhere is
+  /// read there; an unmapped (cached) one is mapped at a scratch address for the copy, with its
+  /// VMM calls counted like any other. See Note [Copy-on-write of a partial prefix page].
+  void copy_prefix(device_addr dst, chunk_id src, std::uint64_t bytes);
+  /// Installs the device copy used by copy_prefix (none on the simulated device).
+  void set_device_copy(device_copy_fn fn) { copy_ = std::move(fn); }
+
+  // --- release ---
+  /// Gives every free-pool chunk and cached range back to the driver. Returns chunks released.
+  std::size_t trim();
+  /// Drops the whole rTree, then trims; the backend must then hold only live requests' memory.
+  void drop_cache_and_trim();
+
+  // --- state ---
+  [[nodiscard]] const pset& chunks() const { return pset_; }
+  [[nodiscard]] const vset& mappings() const { return vset_; }
+  [[nodiscard]] vmm_backend& backend() { return backend_; }
+  [[nodiscard]] const vmm_backend& backend() const { return backend_; }
+  [[nodiscard]] const operation_counters& counters() const { return counters_; }
+  /// Chunks mapped at least once.
+  [[nodiscard]] std::uint64_t mapped_chunks() const { return mapped_chunks_; }
+  /// Chunks mapped shared at least once.
+  [[nodiscard]] std::uint64_t shared_chunks() const { return shared_chunks_; }
+  /// Ranges reserved from the backend (live vTensors, range cache, scratch).
+  [[nodiscard]] std::size_t cached_ranges() const { return range_cache_.size(); }
+  [[nodiscard]] bool has_scratch() const { return scratch_ != 0; }
+  /// Checks pSet and vSet against each other, the tree and the backend; throws std::logic_error.
+  void check_invariants() const;
+
+ private:
+  void drop_pages(std::vector<page_version>& pages);
+
+  vmm_backend& backend_;
+  kv_geometry geometry_;
+  std::uint64_t vtensor_bytes_;
+  std::size_t range_cache_limit_;
+  vset vset_;  // declared before pset_: chunk records unlink their mapping lists first
+  pset pset_;
+  radix_tree tree_;
+  std::vector<device_addr> range_cache_;
+  device_addr scratch_ = 0;
+  device_copy_fn copy_;
+  operation_counters counters_;
+  std::uint64_t mapped_chunks_ = 0;
+  std::uint64_t shared_chunks_ = 0;
+};
+
+}  // namespace vtensor

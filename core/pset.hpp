@@ -1,0 +1,83 @@
+#pragma once
+/// pSet: one record per physical chunk the backend created, indexed by a dense chunk_id.
+/// A chunk's reference count is its mappings plus its rTree references. A chunk that nothing
+/// references leaves the in-use set for the free pool (lazy deallocation: it keeps its physical
+/// memory and is reused before any new chunk is created); only `operations::trim()` and shutdown
+/// give chunks back to the driver.
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "backends/vmm_backend.hpp"
+#include "core/ids.hpp"
+#include "core/vset.hpp"
+
+namespace vtensor {
+
+/// Where a chunk stands.
+enum class chunk_state : std::uint8_t {
+  free,    ///< in the free pool: no mapping, no tree reference
+  active,  ///< mapped by at least one live request
+  cached,  ///< held only by the rTree (a cached prefix), mapped nowhere
+};
+
+/// One physical chunk.
+struct chunk_record {
+  chunk_handle handle;               ///< the backend's handle; value 0 when the slot is empty
+  std::uint32_t ref_count = 0;       ///< mappings + tree refs
+  std::uint32_t tree_refs = 0;       ///< rTree page entries naming this chunk
+  std::uint32_t shared_mappings = 0; ///< mappings flagged shared (immutable prefix)
+  bool in_free_pool = false;         ///< sits in the free pool
+  mapping_list mappings;             ///< every mapping of this chunk
+
+  [[nodiscard]] chunk_state state() const {
+    if (!mappings.empty()) return chunk_state::active;
+    return tree_refs > 0 ? chunk_state::cached : chunk_state::free;
+  }
+};
+
+/// The physical chunk records and the free pool.
+class pset {
+ public:
+  /// Adds a record for a chunk just created; it starts unreferenced and outside the free pool.
+  chunk_id adopt(chunk_handle h);
+  /// Takes a chunk from the free pool (most recently freed first), or nullopt.
+  [[nodiscard]] std::optional<chunk_id> take_free();
+  /// Removes the record of a free-pool chunk about to be released to the driver; returns its handle.
+  chunk_handle forget(chunk_id id);
+
+  [[nodiscard]] chunk_record& operator[](chunk_id id) { return chunks_[id.value]; }
+  [[nodiscard]] const chunk_record& operator[](chunk_id id) const { return chunks_[id.value]; }
+
+  /// +1 reference (a mapping or a tree entry is about to name the chunk).
+  void add_ref(chunk_id id) { ++chunks_[id.value].ref_count; }
+  /// -1 reference; a chunk left with none goes to the free pool. Returns true when it did.
+  bool drop_ref(chunk_id id);
+  /// Returns an unreferenced chunk taken by take_free() or adopt() but never used to the free pool.
+  void put_free(chunk_id id);
+
+  /// Chunks with a record (created and not released).
+  [[nodiscard]] std::size_t live() const { return chunks_.size() - empty_slots_.size(); }
+  /// Chunks in the free pool.
+  [[nodiscard]] std::size_t free_count() const { return free_.size(); }
+  /// Chunks referenced by a mapping or the tree.
+  [[nodiscard]] std::size_t in_use() const { return live() - free_.size(); }
+  /// Free-pool chunk ids, most recently freed last.
+  [[nodiscard]] const std::vector<chunk_id>& free_pool() const { return free_; }
+  /// Visits every live record with its id.
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::uint32_t i = 0; i < chunks_.size(); ++i) {
+      if (chunks_[i].handle.value != 0) f(chunk_id{i}, chunks_[i]);
+    }
+  }
+
+ private:
+  std::deque<chunk_record> chunks_;
+  std::vector<chunk_id> free_;
+  std::vector<chunk_id> empty_slots_;
+};
+
+}  // namespace vtensor

@@ -1,0 +1,456 @@
+#include "core/scheduler.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace vtensor {
+
+namespace {
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::string_view to_string(partial_page_policy p) {
+  return p == partial_page_policy::cow ? "cow" : "recompute";
+}
+
+std::optional<partial_page_policy> partial_page_policy_from_string(std::string_view name) {
+  if (name == "cow") return partial_page_policy::cow;
+  if (name == "recompute") return partial_page_policy::recompute;
+  return std::nullopt;
+}
+
+scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_config config,
+                     std::unique_ptr<eviction_policy> eviction)
+    : geometry_(std::move(geometry)),
+      config_(config),
+      vtensor_bytes_(geometry_.vtensor_bytes(config.max_context_tokens)),
+      tensor_span_(geometry_.tensor_span_bytes(config.max_context_tokens)),
+      ops_(backend, geometry_, vtensor_bytes_, std::move(eviction), config.range_cache) {
+  if (config_.max_context_tokens == 0) throw std::invalid_argument("scheduler: max context tokens must be positive");
+}
+
+scheduler::~scheduler() = default;
+
+vtensor_record& scheduler::get(request_id id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) throw std::invalid_argument(fmt::format("request {} is not live", id.value));
+  return *it->second;
+}
+
+const vtensor_record* scheduler::find(request_id id) const {
+  auto it = live_.find(id);
+  return it == live_.end() ? nullptr : it->second.get();
+}
+
+std::uint32_t scheduler::max_pages(const vtensor_record& r) const {
+  return static_cast<std::uint32_t>(geometry_.pages_for_tokens(r.max_tokens));
+}
+
+std::uint64_t scheduler::own_bytes(const vtensor_record& r) const {
+  return geometry_.tensors() *
+         (r.tokens * geometry_.bytes_per_token_per_tensor() - std::uint64_t{r.shared_pages} * geometry_.chunk_bytes());
+}
+
+void scheduler::account(const vtensor_record& r, int sign) {
+  if (sign > 0) {
+    own_valid_bytes_ += own_bytes(r);
+    logical_tokens_ += r.tokens;
+  } else {
+    own_valid_bytes_ -= own_bytes(r);
+    logical_tokens_ -= r.tokens;
+  }
+}
+
+std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64_t max_tokens) {
+  if (live_.contains(id)) throw std::invalid_argument(fmt::format("request {} is already live", id.value));
+  if (max_tokens == 0) max_tokens = config_.max_context_tokens;
+  if (max_tokens > config_.max_context_tokens) {
+    throw std::invalid_argument(fmt::format("request {}: max tokens {} exceed the context of {} tokens", id.value,
+                                            max_tokens, config_.max_context_tokens));
+  }
+  auto r = std::make_unique<vtensor_record>();
+  r->id = id;
+  r->tensor_span_bytes = tensor_span_;
+  r->max_tokens = max_tokens;
+  return r;
+}
+
+// Maps `chunks` (page-major: page i's chunk of tensor t is chunks[i * tensors + t]) as the pages
+// following the request's mapped ones, the first `shared_count` of them shared. One set-access
+// per tensor covers the new run. Strong guarantee: on a failure, what it mapped is unmapped.
+void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count) {
+  const std::uint32_t tensors = geometry_.tensors();
+  const std::uint64_t chunk = geometry_.chunk_bytes();
+  const std::uint32_t first = r.mapped_pages;
+  const auto pages = static_cast<std::uint32_t>(chunks.size() / tensors);
+  if (pages == 0) return;
+  r.maps.resize(std::size_t{first + pages} * tensors, nullptr);
+  try {
+    for (std::uint32_t t = 0; t < tensors; ++t) {
+      for (std::uint32_t i = 0; i < pages; ++i) {
+        const std::uint32_t p = first + i;
+        r.maps[std::size_t{p} * tensors + t] =
+            &ops_.map(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count);
+      }
+      ops_.set_access(r.page_addr(t, first, chunk), pages * chunk);
+    }
+  } catch (...) {
+    for (std::uint32_t t = 0; t < tensors; ++t) {
+      run_.clear();
+      for (std::uint32_t p = first; p < first + pages && r.maps[std::size_t{p} * tensors + t] != nullptr; ++p) {
+        run_.push_back(r.maps[std::size_t{p} * tensors + t]);
+      }
+      ops_.unmap_run(run_);
+    }
+    r.maps.resize(std::size_t{first} * tensors);
+    throw;
+  }
+  r.mapped_pages = first + pages;
+}
+
+void scheduler::alloc_lookahead(const vtensor_record& r, std::uint32_t needed_pages, std::vector<chunk_id>& chunks) {
+  const std::uint32_t limit = max_pages(r);
+  const std::uint32_t want = std::min(config_.lookahead_pages, limit > needed_pages ? limit - needed_pages : 0);
+  for (std::uint32_t i = 0; i < want; ++i) {
+    if (!ops_.alloc_chunks(geometry_.tensors(), false, chunks)) {
+      counters_.lookahead_misses += want - i;
+      return;
+    }
+  }
+}
+
+void scheduler::unmap_all(vtensor_record& r) {
+  const std::uint32_t tensors = geometry_.tensors();
+  for (std::uint32_t t = 0; t < tensors; ++t) {
+    run_.clear();
+    for (std::uint32_t p = 0; p < r.mapped_pages; ++p) run_.push_back(r.maps[std::size_t{p} * tensors + t]);
+    ops_.unmap_run(run_);
+  }
+  r.maps.clear();
+  r.mapped_pages = 0;
+}
+
+// Undoes a create or fork that failed after taking memory: unpins, returns the chunks that were
+// not mapped, and the range.
+void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
+  unmap_all(r);
+  for (chunk_id c : chunks) ops_.unuse(c);
+  if (r.base != 0) ops_.free_range(r.base);
+  if (r.pinned != nullptr) ops_.tree().unpin(*r.pinned);
+  r.pinned = nullptr;
+}
+
+create_result scheduler::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
+                                std::uint64_t max_tokens) {
+  auto rec = new_record(id, max_tokens);
+  if (prompt_tokens == 0) throw std::invalid_argument(fmt::format("request {}: empty prompt", id.value));
+  if (prompt_tokens > rec->max_tokens) {
+    throw std::invalid_argument(fmt::format("request {}: prompt of {} tokens exceeds its max of {}", id.value,
+                                            prompt_tokens, rec->max_tokens));
+  }
+  std::uint64_t block_tokens = 0;
+  for (const auto& b : blocks) {
+    if (b.tokens == 0) throw std::invalid_argument(fmt::format("request {}: a block of zero tokens", id.value));
+    block_tokens += b.tokens;
+  }
+  if (block_tokens > prompt_tokens) {
+    throw std::invalid_argument(fmt::format("request {}: blocks name {} tokens but the prompt has {}", id.value,
+                                            block_tokens, prompt_tokens));
+  }
+  const std::uint64_t chunk = geometry_.chunk_bytes();
+  const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
+  const std::uint32_t tensors = geometry_.tensors();
+
+  // Longest cached prefix, and the fullest version of each page along it (Note [Page versions]).
+  radix_path path = ops_.tree().match(blocks);
+  const std::uint64_t matched = std::min(path.tokens, prompt_tokens - 1);  // one token is always computed
+  std::vector<const page_version*> best;
+  if (matched > 0) {
+    for (const radix_node* n : path.nodes) {
+      for (const page_version& v : n->pages) {
+        if (v.page >= best.size()) best.resize(v.page + 1, nullptr);
+        if (best[v.page] == nullptr || v.valid_bytes > best[v.page]->valid_bytes) best[v.page] = &v;
+      }
+    }
+  }
+  std::uint64_t covered_bytes = 0;
+  for (std::size_t p = 0; p < best.size() && best[p] != nullptr; ++p) {
+    covered_bytes = p * chunk + best[p]->valid_bytes;
+    if (best[p]->valid_bytes < chunk) break;
+  }
+  const std::uint64_t hit_max = std::min(matched, covered_bytes / bpt);
+  const auto shared = static_cast<std::uint32_t>(hit_max * bpt / chunk);
+  const std::uint64_t hit =
+      config_.partial == partial_page_policy::recompute ? ceil_div(std::uint64_t{shared} * chunk, bpt) : hit_max;
+  const std::uint64_t partial_bytes = hit * bpt - std::uint64_t{shared} * chunk;  // per tensor, copied
+  const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(prompt_tokens));
+
+  rec->blocks.assign(blocks.begin(), blocks.end());
+  if (hit > 0) {
+    rec->pinned = path.deepest();
+    ops_.tree().pin(*rec->pinned);
+  }
+  std::vector<chunk_id> chunks;
+  chunks.reserve(std::size_t{needed + config_.lookahead_pages} * tensors);
+  for (std::uint32_t p = 0; p < shared; ++p) chunks.insert(chunks.end(), best[p]->chunks.begin(), best[p]->chunks.end());
+  if (!ops_.alloc_chunks(std::size_t{needed - shared} * tensors, true, chunks)) {
+    chunks.clear();
+    discard(*rec, chunks);
+    ++counters_.preemption_signals;
+    return {alloc_status::needs_preemption};
+  }
+  alloc_lookahead(*rec, needed, chunks);
+  const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
+  try {
+    rec->base = ops_.alloc_range();
+    map_pages(*rec, chunks, shared);
+    if (partial_bytes > 0) {
+      for (std::uint32_t t = 0; t < tensors; ++t) {
+        ops_.copy_prefix(rec->page_addr(t, shared, chunk), best[shared]->chunks[t], partial_bytes);
+      }
+    }
+  } catch (...) {
+    discard(*rec, own);
+    throw;
+  }
+  rec->tokens = prompt_tokens;
+  rec->shared_pages = shared;
+  rec->hit_tokens = hit;
+  rec->cow_bytes = partial_bytes * tensors;
+  account(*rec, +1);
+  ++counters_.created;
+  counters_.prompt_tokens += prompt_tokens;
+  counters_.hit_tokens += hit;
+  counters_.recomputed_tokens += hit_max - hit;
+  create_result result{alloc_status::ok, hit, rec->cow_bytes, shared};
+  live_.emplace(id, std::move(rec));
+  return result;
+}
+
+alloc_status scheduler::extend(request_id id, std::uint64_t tokens) {
+  vtensor_record& r = get(id);
+  const std::uint64_t total = r.tokens + tokens;
+  if (total > r.max_tokens) {
+    throw std::invalid_argument(fmt::format("request {}: extending to {} tokens exceeds its max of {}", id.value, total,
+                                            r.max_tokens));
+  }
+  const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(total));
+  if (needed > r.mapped_pages) {
+    std::vector<chunk_id> chunks;
+    if (!ops_.alloc_chunks(std::size_t{needed - r.mapped_pages} * geometry_.tensors(), true, chunks)) {
+      ++counters_.preemption_signals;
+      return alloc_status::needs_preemption;
+    }
+    alloc_lookahead(r, needed, chunks);
+    try {
+      map_pages(r, chunks, 0);
+    } catch (...) {
+      for (chunk_id c : chunks) ops_.unuse(c);
+      throw;
+    }
+  }
+  own_valid_bytes_ += tokens * geometry_.bytes_per_token();
+  logical_tokens_ += tokens;
+  r.tokens = total;
+  return alloc_status::ok;
+}
+
+create_result scheduler::fork(request_id parent_id, request_id child_id) {
+  vtensor_record& parent = get(parent_id);
+  auto rec = new_record(child_id, parent.max_tokens);
+  const std::uint64_t chunk = geometry_.chunk_bytes();
+  const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
+  const std::uint32_t tensors = geometry_.tensors();
+
+  const auto shared = static_cast<std::uint32_t>(parent.tokens * bpt / chunk);
+  const std::uint64_t hit = config_.partial == partial_page_policy::recompute
+                                ? ceil_div(std::uint64_t{shared} * chunk, bpt)
+                                : parent.tokens;
+  const std::uint64_t partial_bytes = hit * bpt - std::uint64_t{shared} * chunk;
+  // The parent's whole pages become an immutable shared prefix (it never writes them again).
+  account(parent, -1);
+  for (std::uint32_t p = parent.shared_pages; p < shared; ++p) {
+    for (std::uint32_t t = 0; t < tensors; ++t) ops_.make_shared(*parent.maps[std::size_t{p} * tensors + t]);
+  }
+  parent.shared_pages = std::max(parent.shared_pages, shared);
+  account(parent, +1);
+
+  rec->blocks = parent.blocks;
+  const auto needed = static_cast<std::uint32_t>(std::max<std::uint64_t>(geometry_.pages_for_tokens(hit), shared));
+  if (parent.pinned != nullptr) {
+    rec->pinned = parent.pinned;
+    ops_.tree().pin(*rec->pinned);
+  }
+  std::vector<chunk_id> chunks;
+  for (std::uint32_t p = 0; p < shared; ++p) {
+    for (std::uint32_t t = 0; t < tensors; ++t) chunks.push_back(parent.maps[std::size_t{p} * tensors + t]->chunk);
+  }
+  if (!ops_.alloc_chunks(std::size_t{needed - shared} * tensors, true, chunks)) {
+    chunks.clear();
+    discard(*rec, chunks);
+    ++counters_.preemption_signals;
+    return {alloc_status::needs_preemption};
+  }
+  alloc_lookahead(*rec, needed, chunks);
+  const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
+  try {
+    rec->base = ops_.alloc_range();
+    map_pages(*rec, chunks, shared);
+    if (partial_bytes > 0) {
+      for (std::uint32_t t = 0; t < tensors; ++t) {
+        ops_.copy_prefix(rec->page_addr(t, shared, chunk), parent.maps[std::size_t{shared} * tensors + t]->chunk,
+                         partial_bytes);
+      }
+    }
+  } catch (...) {
+    discard(*rec, own);
+    throw;
+  }
+  rec->tokens = hit;
+  rec->shared_pages = shared;
+  rec->hit_tokens = hit;
+  rec->cow_bytes = partial_bytes * tensors;
+  account(*rec, +1);
+  ++counters_.created;
+  create_result result{alloc_status::ok, hit, rec->cow_bytes, shared};
+  live_.emplace(child_id, std::move(rec));
+  return result;
+}
+
+// Hangs the request's pages on the rTree path of its blocks: whole pages, and the last partial
+// page with its valid bytes. Only tokens named by whole blocks are recorded.
+void scheduler::record_prefix(vtensor_record& r, std::span<const token_block> extra) {
+  std::vector<token_block> key;
+  key.reserve(r.blocks.size() + extra.size());
+  std::uint64_t key_tokens = 0;
+  for (auto part : {std::span<const token_block>(r.blocks), extra}) {
+    for (const auto& b : part) {
+      if (key_tokens + b.tokens > r.tokens) break;
+      key.push_back(b);
+      key_tokens += b.tokens;
+    }
+    if (key.size() < r.blocks.size()) break;
+  }
+  if (key_tokens == 0) return;
+  radix_path path = ops_.tree().insert(key);
+  const std::uint64_t recorded = path.tokens;
+  const std::uint64_t chunk = geometry_.chunk_bytes();
+  const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
+  const std::uint32_t tensors = geometry_.tensors();
+  const auto pages = static_cast<std::uint32_t>(geometry_.pages_for_tokens(recorded));
+  std::size_t n = 0;
+  for (std::uint32_t p = 0; p < pages; ++p) {
+    page_version v;
+    v.page = p;
+    v.valid_bytes = std::min(chunk, recorded * bpt - std::uint64_t{p} * chunk);
+    v.last_token = (std::uint64_t{p} * chunk + v.valid_bytes - 1) / bpt;
+    while (path.nodes[n]->end_tokens() <= v.last_token) ++n;
+    v.chunks.reserve(tensors);
+    for (std::uint32_t t = 0; t < tensors; ++t) v.chunks.push_back(r.maps[std::size_t{p} * tensors + t]->chunk);
+    ops_.record_page(*path.nodes[n], std::move(v));
+  }
+}
+
+void scheduler::release(vtensor_record& r) {
+  account(r, -1);
+  if (r.pinned != nullptr) ops_.tree().unpin(*r.pinned);
+  r.pinned = nullptr;
+  unmap_all(r);
+  ops_.free_range(r.base);
+}
+
+void scheduler::finish(request_id id, std::span<const token_block> extra_blocks) {
+  vtensor_record& r = get(id);
+  record_prefix(r, extra_blocks);
+  release(r);
+  live_.erase(id);
+  ++counters_.finished;
+}
+
+void scheduler::preempt(request_id id) {
+  vtensor_record& r = get(id);
+  if (config_.record_on_preempt) record_prefix(r, {});
+  release(r);
+  live_.erase(id);
+  ++counters_.preempted;
+}
+
+vtensor_view scheduler::view(const vtensor_record& r) const {
+  return vtensor_view{r.id,
+                      r.base,
+                      r.tensor_span_bytes,
+                      geometry_.tensors(),
+                      r.tokens,
+                      std::min(r.max_tokens, std::uint64_t{r.mapped_pages} * geometry_.chunk_bytes() /
+                                                 geometry_.bytes_per_token_per_tensor()),
+                      r.max_tokens,
+                      r.hit_tokens};
+}
+
+void scheduler::shutdown() {
+  for (auto& [id, r] : live_) release(*r);
+  live_.clear();
+  ops_.drop_cache_and_trim();
+}
+
+void scheduler::check_invariants() const {
+  auto fail = [](const std::string& why) { throw std::logic_error("scheduler invariant: " + why); };
+  ops_.check_invariants();
+  const std::uint32_t tensors = geometry_.tensors();
+  const std::uint64_t chunk = geometry_.chunk_bytes();
+  const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
+  std::uint64_t own = 0, logical = 0, mappings = 0;
+  std::unordered_map<const radix_node*, std::uint32_t> pins;
+  for (const auto& [id, rp] : live_) {
+    const vtensor_record& r = *rp;
+    if (r.maps.size() != std::size_t{r.mapped_pages} * tensors) fail(fmt::format("request {}: page table size", id.value));
+    if (r.mapped_pages < geometry_.pages_for_tokens(r.tokens)) fail(fmt::format("request {}: tokens not mapped", id.value));
+    if (r.mapped_pages > max_pages(r)) fail(fmt::format("request {}: mapped past its reservation", id.value));
+    if (r.tokens > r.max_tokens) fail(fmt::format("request {}: tokens past max", id.value));
+    if (std::uint64_t{r.shared_pages} * chunk > r.tokens * bpt) {
+      fail(fmt::format("request {}: a shared page is not fully valid", id.value));
+    }
+    for (std::uint32_t p = 0; p < r.mapped_pages; ++p) {
+      for (std::uint32_t t = 0; t < tensors; ++t) {
+        const mapping* m = r.maps[std::size_t{p} * tensors + t];
+        if (m == nullptr || ops_.mappings().find(r.page_addr(t, p, chunk)) != m) {
+          fail(fmt::format("request {}: page {} of tensor {} is not the vSet's mapping", id.value, p, t));
+        }
+        if (m->owner != r.id) fail(fmt::format("request {}: mapping owned by {}", id.value, m->owner.value));
+        if (m->shared != (p < r.shared_pages)) {
+          fail(fmt::format("request {}: page {} shared flag {} but {} shared pages", id.value, p, m->shared,
+                           r.shared_pages));
+        }
+      }
+    }
+    own += own_bytes(r);
+    logical += r.tokens;
+    mappings += r.maps.size();
+    if (r.pinned != nullptr) ++pins[r.pinned];
+  }
+  if (own != own_valid_bytes_) fail(fmt::format("own valid bytes {} counted {}", own, own_valid_bytes_));
+  if (logical != logical_tokens_) fail("logical tokens drifted");
+  if (mappings != ops_.mappings().size()) fail("a mapping belongs to no live request");
+  // Each node's pin count = live requests pinning it or a node below it.
+  auto expect = [&](auto&& self, const radix_node& n) -> std::uint32_t {
+    std::uint32_t sum = 0;
+    auto it = pins.find(&n);
+    if (it != pins.end()) sum += it->second;
+    for (const auto& c : n.children) sum += self(self, *c);
+    if (&n != &ops_.tree().root() && n.pins != sum) {
+      fail(fmt::format("rtree node pinned {} times, {} live requests use it", n.pins, sum));
+    }
+    return sum;
+  };
+  expect(expect, ops_.tree().root());
+  const std::uint64_t ranges = live_.size() + ops_.cached_ranges() + (ops_.has_scratch() ? 1 : 0);
+  if (ops_.backend().live().ranges != ranges) {
+    fail(fmt::format("backend holds {} ranges, expected {}", ops_.backend().live().ranges, ranges));
+  }
+}
+
+}  // namespace vtensor

@@ -1,0 +1,132 @@
+#pragma once
+/// VTS, the vTensor scheduler: turns request events (create, extend, fork, finish, preempt) into
+/// memory operations on the pool, with the policies that decide them: prefix reuse, partial-page
+/// handling, lookahead, and what to do when memory runs out (evict cached prefixes first, then
+/// tell the caller to preempt). Not thread-safe: the manager serialises.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/kv_geometry.hpp"
+#include "core/operations.hpp"
+#include "core/vtensor.hpp"
+
+namespace vtensor {
+
+/// What to do with a cached prefix that ends inside a page (Note [Copy-on-write of a partial
+/// prefix page] in operations.cpp).
+enum class partial_page_policy : std::uint8_t {
+  cow,        ///< copy the valid bytes into a fresh page: the hit keeps every cached token
+  recompute,  ///< reuse whole pages only: the partial page's tokens are computed again
+};
+[[nodiscard]] std::string_view to_string(partial_page_policy p);
+[[nodiscard]] std::optional<partial_page_policy> partial_page_policy_from_string(std::string_view name);
+
+/// Scheduler settings.
+struct scheduler_config {
+  std::uint64_t max_context_tokens = 131072;           ///< tokens every vTensor range can hold
+  std::uint32_t lookahead_pages = 0;                   ///< pages mapped ahead of need (k)
+  partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page handling
+  std::size_t range_cache = 256;                       ///< freed vTensor ranges kept reserved
+  bool record_on_preempt = true;                       ///< a preempted request's prefix stays cached
+};
+
+/// Outcome of a call that may need memory.
+enum class alloc_status : std::uint8_t {
+  ok,                ///< done
+  needs_preemption,  ///< out of memory with nothing left to evict: nothing changed; preempt and retry
+};
+
+/// Result of create and fork.
+struct [[nodiscard]] create_result {
+  alloc_status status = alloc_status::ok;  ///< ok, or nothing was created
+  std::uint64_t hit_tokens = 0;            ///< leading tokens whose KV came from cache (or the parent)
+  std::uint64_t cow_bytes = 0;             ///< bytes copied for a partial page
+  std::uint32_t shared_pages = 0;          ///< pages mapped shared
+  [[nodiscard]] bool ok() const { return status == alloc_status::ok; }
+};
+
+/// Scheduler-level counters.
+struct scheduler_counters {
+  std::uint64_t created = 0;            ///< requests created (forks included)
+  std::uint64_t finished = 0;           ///< requests finished
+  std::uint64_t preempted = 0;          ///< requests preempted
+  std::uint64_t preemption_signals = 0; ///< calls answered needs_preemption
+  std::uint64_t prompt_tokens = 0;      ///< prompt tokens of created requests (forks excluded)
+  std::uint64_t hit_tokens = 0;         ///< of which served from cache
+  std::uint64_t recomputed_tokens = 0;  ///< cached tokens not reused because of the recompute policy
+  std::uint64_t lookahead_misses = 0;   ///< lookahead pages not mapped for lack of memory
+};
+
+/// The scheduler.
+class scheduler {
+ public:
+  scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_config config,
+            std::unique_ptr<eviction_policy> eviction);
+  ~scheduler();
+
+  /// New request with `prompt_tokens` tokens whose leading tokens are named by `blocks`. Reuses
+  /// the longest cached prefix. Throws std::invalid_argument for a live id, an empty prompt,
+  /// blocks longer than the prompt, or `max_tokens` beyond the context.
+  create_result create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
+                       std::uint64_t max_tokens);
+  /// Grows request `id` by `tokens`; its pointer never moves. Throws std::invalid_argument for an
+  /// unknown id or growth past its max tokens.
+  [[nodiscard]] alloc_status extend(request_id id, std::uint64_t tokens);
+  /// New request `child` holding `parent`'s tokens: whole pages shared, the partial one copied
+  /// (or recomputed, by policy).
+  create_result fork(request_id parent, request_id child);
+  /// Records the request's prefix in the rTree and returns its memory (lazily). `extra_blocks`
+  /// name tokens after its create-time blocks (an answer whose keys are known).
+  void finish(request_id id, std::span<const token_block> extra_blocks = {});
+  /// Drops a live request to free memory (its prefix stays cached if the config says so).
+  void preempt(request_id id);
+
+  [[nodiscard]] const vtensor_record* find(request_id id) const;
+  [[nodiscard]] vtensor_view view(const vtensor_record& r) const;
+  [[nodiscard]] std::size_t live_requests() const { return live_.size(); }
+  /// Bytes of KV held in live requests' own (unshared) pages.
+  [[nodiscard]] std::uint64_t own_valid_bytes() const { return own_valid_bytes_; }
+  /// Sum over live requests of tokens x bytes per token.
+  [[nodiscard]] std::uint64_t logical_bytes() const { return logical_tokens_ * geometry_.bytes_per_token(); }
+  [[nodiscard]] const scheduler_counters& counters() const { return counters_; }
+  [[nodiscard]] const kv_geometry& geometry() const { return geometry_; }
+  [[nodiscard]] const scheduler_config& config() const { return config_; }
+  [[nodiscard]] operations& ops() { return ops_; }
+  [[nodiscard]] const operations& ops() const { return ops_; }
+
+  /// Drops every live request (no prefix record), the cache, and gives all memory back.
+  void shutdown();
+  /// Checks every request against the pool, then the pool itself; throws std::logic_error.
+  void check_invariants() const;
+
+ private:
+  vtensor_record& get(request_id id);
+  std::uint32_t max_pages(const vtensor_record& r) const;
+  void map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count);
+  void alloc_lookahead(const vtensor_record& r, std::uint32_t needed_pages, std::vector<chunk_id>& chunks);
+  void release(vtensor_record& r);
+  void unmap_all(vtensor_record& r);
+  void record_prefix(vtensor_record& r, std::span<const token_block> extra);
+  std::uint64_t own_bytes(const vtensor_record& r) const;
+  void account(const vtensor_record& r, int sign);
+  std::unique_ptr<vtensor_record> new_record(request_id id, std::uint64_t max_tokens);
+  void discard(vtensor_record& r, std::span<const chunk_id> chunks);
+  std::vector<mapping*> run_;  // scratch for unmap runs
+
+  kv_geometry geometry_;
+  scheduler_config config_;
+  std::uint64_t vtensor_bytes_;
+  std::uint64_t tensor_span_;
+  operations ops_;
+  std::unordered_map<request_id, std::unique_ptr<vtensor_record>> live_;
+  std::uint64_t own_valid_bytes_ = 0;
+  std::uint64_t logical_tokens_ = 0;
+  scheduler_counters counters_;
+};
+
+}  // namespace vtensor
