@@ -27,11 +27,13 @@ nlohmann::ordered_json percentiles_json(const traces::length_percentiles& length
 }
 
 std::string with_commas(std::uint64_t value) {
-  std::string digits = std::to_string(value);
-  for (auto at = static_cast<std::ptrdiff_t>(digits.size()) - 3; at > 0; at -= 3) {
-    digits.insert(static_cast<std::size_t>(at), ",");
+  const std::string digits = std::to_string(value);
+  std::string grouped;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
   }
-  return digits;
+  return grouped;
 }
 
 void print_summary(std::ostream& out, const std::string& path, const traces::trace_reader& reader,

@@ -19,7 +19,7 @@ struct trace_request {
   std::uint32_t turn = 0;                ///< turn in the session, 0 for the first
   std::uint32_t input_tokens = 0;        ///< prompt tokens, at least 1
   std::uint32_t output_tokens = 0;       ///< tokens to generate, 0 allowed (prefill only)
-  std::uint32_t block_tokens = 0;        ///< tokens per prefix block; 0 when no prefix identity
+  std::uint32_t block_tokens = 0;        ///< tokens per block of block_keys; 0 if the format has none
   std::vector<std::uint64_t> block_keys; ///< one key per prompt block, or empty
   std::uint64_t line = 0;                ///< 1-based source line (or sequence number if generated)
 
