@@ -7,6 +7,9 @@
 
 #include "backends/latency_model.hpp"
 #include "backends/sim_backend.hpp"
+#if VTENSOR_HAVE_CUDA
+#include "backends/cuda_backend.hpp"
+#endif
 
 namespace vtensor {
 
@@ -19,17 +22,23 @@ std::unique_ptr<vmm_backend> make_sim(const backend_config& config) {
   return std::make_unique<sim_backend>(config.capacity_bytes, std::move(model));
 }
 
+#if VTENSOR_HAVE_CUDA
+std::unique_ptr<vmm_backend> make_cuda(const backend_config& config) {
+  return std::make_unique<cuda_backend>(config.device_index, config.capacity_bytes);
+}
+#endif
+
 struct registry_entry {
   std::string_view name;
   std::unique_ptr<vmm_backend> (*make)(const backend_config&);
 };
 
-/// Every backend of this build, one entry each; a backend behind a build option joins as
-///   #if VTENSOR_HAVE_CUDA
-///     registry_entry{"cuda", &make_cuda},
-///   #endif
+/// Every backend of this build, one entry each (cuda when the toolkit was found at configure time).
 constexpr std::array k_registry = {
     registry_entry{"sim", &make_sim},
+#if VTENSOR_HAVE_CUDA
+    registry_entry{"cuda", &make_cuda},
+#endif
 };
 
 }  // namespace

@@ -1,4 +1,7 @@
 #include "backends/registry.hpp"
+#if VTENSOR_HAVE_CUDA
+#include "backends/cuda_backend.hpp"
+#endif
 
 #include <algorithm>
 
@@ -18,6 +21,18 @@ TEST_CASE("registry: sim is always there and first") {
   REQUIRE_FALSE(names.empty());
   CHECK(names.front() == "sim");
   for (const std::string& name : names) {
+#if VTENSOR_HAVE_CUDA
+    if (name == "cuda") {
+      try {
+        const auto backend = make_backend(name, backend_config{});
+        CHECK(backend->name() == name);
+      } catch (const cuda_unavailable& e) {
+        // A build with the toolkit on a machine without a GPU: the message says so plainly.
+        CHECK(std::string(e.what()).find("cuda backend: ") == 0);
+      }
+      continue;
+    }
+#endif
     CHECK(make_backend(name, backend_config{})->name() == name);
   }
 }

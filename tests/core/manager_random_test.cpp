@@ -81,7 +81,7 @@ void run(const random_run& cfg, int steps) {
           }
         } else if (op < 65) {  // extend
           const request_id id = live[pick(live.size())];
-          const auto& v = *m.view(id);
+          const vtensor_view v = *m.view(id);
           const std::uint64_t room = v.max_tokens - v.tokens;
           if (room > 0 && m.extend(id, 1 + pick(std::min<std::uint64_t>(room, 40))) != alloc_status::ok) {
             preempt_one();

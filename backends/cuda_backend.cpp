@@ -1,0 +1,268 @@
+#include "backends/cuda_backend.hpp"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <cuda.h>
+#include <fmt/format.h>
+
+namespace vtensor {
+
+namespace {
+
+#define VTENSOR_STR2(x) #x
+#define VTENSOR_STR(x) VTENSOR_STR2(x)
+
+// Every driver entry point vtensor uses, resolved from libcuda.so.1 at run time. The names go
+// through cuda.h's macros first, so versioned symbols (cuMemGetInfo_v2, ...) are the ones looked up.
+#define VTENSOR_CUDA_DRIVER_CALLS(X)                                                                       \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuGetErrorName)                \
+  X(cuMemGetInfo) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)    \
+  X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
+
+struct driver_api {
+#define VTENSOR_DECLARE(fn) decltype(&fn) fn##_ = nullptr;
+  VTENSOR_CUDA_DRIVER_CALLS(VTENSOR_DECLARE)
+#undef VTENSOR_DECLARE
+};
+
+using steady = std::chrono::steady_clock;
+
+std::uint64_t elapsed_ns(steady::time_point since) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - since).count());
+}
+
+}  // namespace
+
+struct cuda_backend::state {
+  void* library = nullptr;
+  driver_api api;
+  CUdevice device = 0;
+  int ordinal = 0;
+  CUcontext context = nullptr;
+  std::string device_name;
+  int driver_version = 0;
+  std::uint64_t granularity = 0;
+  std::uint64_t capacity_chunks = 0;
+  struct range_info {
+    std::uint64_t bytes = 0;         // size of the range
+    std::uint64_t mapped_spans = 0;  // chunk-sized mappings inside it
+  };
+  std::map<device_addr, range_info> ranges;                 // reserved ranges by base
+  std::unordered_set<std::uint64_t> chunks;                 // live handles
+  std::unordered_map<device_addr, std::uint64_t> mapped;    // chunk-aligned va -> handle
+  std::unordered_map<std::uint64_t, std::uint32_t> mapped_at;  // handle -> addresses it is mapped at
+
+  std::string error_name(CUresult r) const {
+    const char* name = nullptr;
+    if (api.cuGetErrorName_ != nullptr && api.cuGetErrorName_(r, &name) == CUDA_SUCCESS && name != nullptr) return name;
+    return fmt::format("CUresult {}", static_cast<int>(r));
+  }
+  void check(CUresult r, vmm_call call, device_addr addr, const char* fn) const {
+    if (r != CUDA_SUCCESS) throw vmm_error(call, addr, fmt::format("{} failed: {}", fn, error_name(r)));
+  }
+  /// The primary context must be current on the calling thread (the manager may call from any).
+  void make_current() const {
+    thread_local CUcontext current = nullptr;
+    if (current != context) {
+      api.cuCtxSetCurrent_(context);
+      current = context;
+    }
+  }
+  std::map<device_addr, range_info>::iterator range_holding(device_addr va, std::uint64_t bytes) {
+    auto it = ranges.upper_bound(va);
+    if (it == ranges.begin()) return ranges.end();
+    --it;
+    return va + bytes <= it->first + it->second.bytes ? it : ranges.end();
+  }
+};
+
+cuda_backend::cuda_backend(int device_index, std::uint64_t capacity_bytes) : s_(std::make_unique<state>()) {
+  s_->library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (s_->library == nullptr) {
+    throw cuda_unavailable(fmt::format("cuda backend: no CUDA driver on this machine ({})", ::dlerror()));
+  }
+#define VTENSOR_RESOLVE(fn)                                                                  \
+  s_->api.fn##_ = reinterpret_cast<decltype(&fn)>(::dlsym(s_->library, VTENSOR_STR(fn)));   \
+  if (s_->api.fn##_ == nullptr) throw cuda_unavailable("cuda backend: the driver lacks " VTENSOR_STR(fn));
+  VTENSOR_CUDA_DRIVER_CALLS(VTENSOR_RESOLVE)
+#undef VTENSOR_RESOLVE
+  const driver_api& api = s_->api;
+  auto require = [&](CUresult r, const char* what) {
+    if (r != CUDA_SUCCESS) throw cuda_unavailable(fmt::format("cuda backend: {}: {}", what, s_->error_name(r)));
+  };
+  require(api.cuInit_(0), "cuInit");
+  require(api.cuDriverGetVersion_(&s_->driver_version), "cuDriverGetVersion");
+  int count = 0;
+  require(api.cuDeviceGetCount_(&count), "cuDeviceGetCount");
+  if (device_index < 0 || device_index >= count) {
+    throw cuda_unavailable(fmt::format("cuda backend: no device {} (this machine has {})", device_index, count));
+  }
+  require(api.cuDeviceGet_(&s_->device, device_index), "cuDeviceGet");
+  s_->ordinal = device_index;
+  char name[256] = {};
+  require(api.cuDeviceGetName_(name, sizeof name, s_->device), "cuDeviceGetName");
+  s_->device_name = name;
+  int vmm = 0;
+  require(api.cuDeviceGetAttribute_(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, s_->device),
+          "cuDeviceGetAttribute");
+  if (vmm == 0) throw cuda_unavailable(fmt::format("cuda backend: {} does not support virtual memory management", name));
+  require(api.cuDevicePrimaryCtxRetain_(&s_->context, s_->device), "cuDevicePrimaryCtxRetain");
+  s_->make_current();
+
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = s_->ordinal;
+  std::size_t granularity = 0;
+  require(api.cuMemGetAllocationGranularity_(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+          "cuMemGetAllocationGranularity");
+  if (k_chunk_bytes % granularity != 0) {
+    throw cuda_unavailable(fmt::format("cuda backend: granularity {} does not divide the 2 MiB chunk", granularity));
+  }
+  s_->granularity = k_chunk_bytes;
+  const std::uint64_t budget = capacity_bytes != 0 ? capacity_bytes : mem_info().free_bytes;
+  s_->capacity_chunks = budget / k_chunk_bytes;
+}
+
+cuda_backend::~cuda_backend() {
+  if (s_->context != nullptr) s_->api.cuDevicePrimaryCtxRelease_(s_->device);
+  // The library stays loaded: other code of the process may hold driver state.
+}
+
+const std::string& cuda_backend::device_name() const { return s_->device_name; }
+int cuda_backend::driver_version() const { return s_->driver_version; }
+
+cuda_mem_info cuda_backend::mem_info() const {
+  s_->make_current();
+  std::size_t free = 0, total = 0;
+  s_->check(s_->api.cuMemGetInfo_(&free, &total), vmm_call::create, 0, "cuMemGetInfo");
+  return {free, total};
+}
+
+std::uint64_t cuda_backend::do_granularity_bytes() const { return s_->granularity; }
+std::uint64_t cuda_backend::do_capacity_bytes() const { return s_->capacity_chunks * k_chunk_bytes; }
+
+device_addr cuda_backend::do_reserve(std::uint64_t bytes) {
+  s_->make_current();
+  CUdeviceptr ptr = 0;
+  const auto t0 = steady::now();
+  const CUresult r = s_->api.cuMemAddressReserve_(&ptr, bytes, k_chunk_bytes, 0, 0);
+  charge(vmm_call::reserve, elapsed_ns(t0));
+  s_->check(r, vmm_call::reserve, 0, "cuMemAddressReserve");
+  s_->ranges.emplace(ptr, state::range_info{bytes, 0});
+  return ptr;
+}
+
+void cuda_backend::do_free_range(device_addr base) {
+  auto it = s_->ranges.find(base);
+  if (it == s_->ranges.end()) throw vmm_error(vmm_call::free_range, base, "not the base of a reserved range");
+  if (it->second.mapped_spans != 0) {
+    throw vmm_error(vmm_call::free_range, base,
+                    fmt::format("range still holds {} mappings", it->second.mapped_spans));
+  }
+  s_->make_current();
+  const auto t0 = steady::now();
+  const CUresult r = s_->api.cuMemAddressFree_(base, it->second.bytes);
+  charge(vmm_call::free_range, elapsed_ns(t0));
+  s_->check(r, vmm_call::free_range, base, "cuMemAddressFree");
+  s_->ranges.erase(it);
+}
+
+std::optional<chunk_handle> cuda_backend::do_create_chunk() {
+  if (s_->chunks.size() >= s_->capacity_chunks) return std::nullopt;
+  s_->make_current();
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = s_->ordinal;
+  CUmemGenericAllocationHandle h = 0;
+  const auto t0 = steady::now();
+  const CUresult r = s_->api.cuMemCreate_(&h, k_chunk_bytes, &prop, 0);
+  charge(vmm_call::create, elapsed_ns(t0));
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
+  s_->check(r, vmm_call::create, 0, "cuMemCreate");
+  s_->chunks.insert(h);
+  return chunk_handle{h};
+}
+
+void cuda_backend::do_release_chunk(chunk_handle h) {
+  if (!s_->chunks.contains(h.value)) {
+    throw vmm_error(vmm_call::release, 0, fmt::format("chunk {:#x} is unknown or already released", h.value));
+  }
+  if (auto it = s_->mapped_at.find(h.value); it != s_->mapped_at.end() && it->second > 0) {
+    throw vmm_error(vmm_call::release, 0, fmt::format("chunk {:#x} is still mapped at {} addresses", h.value, it->second));
+  }
+  s_->make_current();
+  const auto t0 = steady::now();
+  const CUresult r = s_->api.cuMemRelease_(h.value);
+  charge(vmm_call::release, elapsed_ns(t0));
+  s_->check(r, vmm_call::release, 0, "cuMemRelease");
+  s_->chunks.erase(h.value);
+  s_->mapped_at.erase(h.value);
+}
+
+void cuda_backend::do_map(device_addr va, chunk_handle h) {
+  auto range = s_->range_holding(va, k_chunk_bytes);
+  if (range == s_->ranges.end()) throw vmm_error(vmm_call::map, va, "span not inside a reserved range");
+  if (!s_->chunks.contains(h.value)) {
+    throw vmm_error(vmm_call::map, va, fmt::format("chunk {:#x} is unknown or released", h.value));
+  }
+  if (s_->mapped.contains(va)) throw vmm_error(vmm_call::map, va, "span already mapped");
+  s_->make_current();
+  const auto t0 = steady::now();
+  const CUresult r = s_->api.cuMemMap_(va, k_chunk_bytes, 0, h.value, 0);
+  charge(vmm_call::map, elapsed_ns(t0));
+  s_->check(r, vmm_call::map, va, "cuMemMap");
+  s_->mapped.emplace(va, h.value);
+  ++s_->mapped_at[h.value];
+  ++range->second.mapped_spans;
+}
+
+void cuda_backend::do_set_access(device_addr va, std::uint64_t bytes) {
+  for (std::uint64_t off = 0; off < bytes; off += k_chunk_bytes) {
+    if (!s_->mapped.contains(va + off)) {
+      throw vmm_error(vmm_call::set_access, va + off, "span not mapped");
+    }
+  }
+  s_->make_current();
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = s_->ordinal;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const auto t0 = steady::now();
+  const CUresult r = s_->api.cuMemSetAccess_(va, bytes, &desc, 1);
+  charge(vmm_call::set_access, elapsed_ns(t0));
+  s_->check(r, vmm_call::set_access, va, "cuMemSetAccess");
+}
+
+void cuda_backend::do_unmap(device_addr va, std::uint64_t bytes) {
+  for (std::uint64_t off = 0; off < bytes; off += k_chunk_bytes) {
+    if (!s_->mapped.contains(va + off)) throw vmm_error(vmm_call::unmap, va + off, "span not mapped");
+  }
+  auto range = s_->range_holding(va, bytes);
+  s_->make_current();
+  // One driver call per mapping: cuMemUnmap must cover whole mappings, and costs per mapping anyway.
+  const auto t0 = steady::now();
+  for (std::uint64_t off = 0; off < bytes; off += k_chunk_bytes) {
+    const CUresult r = s_->api.cuMemUnmap_(va + off, k_chunk_bytes);
+    if (r != CUDA_SUCCESS) {
+      charge(vmm_call::unmap, elapsed_ns(t0));
+      s_->check(r, vmm_call::unmap, va + off, "cuMemUnmap");
+    }
+    auto m = s_->mapped.find(va + off);
+    --s_->mapped_at[m->second];
+    s_->mapped.erase(m);
+    if (range != s_->ranges.end()) --range->second.mapped_spans;
+  }
+  charge(vmm_call::unmap, elapsed_ns(t0));
+}
+
+vmm_live cuda_backend::do_live() const { return {s_->ranges.size(), s_->chunks.size(), s_->mapped.size()}; }
+
+}  // namespace vtensor
