@@ -1,0 +1,105 @@
+#include "sim/presets.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+#include <stdexcept>
+
+namespace vtensor::sim {
+namespace {
+
+constexpr std::uint64_t k_mib = std::uint64_t{1} << 20;
+
+// Measured versus peak:
+// - H200 SXM: dense bf16 GEMM measured ~790 TFLOP/s (989 datasheet peak); HBM3e copy bandwidth
+//   measured ~4.3 TB/s (4.8 peak). Memory: 141 GB on the datasheet, 143,771 MiB reported by
+//   nvidia-smi, of which 71,313 chunks of 2 MiB could be created (the measurement behind
+//   backend_config's default capacity): that figure is used.
+// - A100-80GB SXM: ~280 TFLOP/s is a realistic dense bf16 GEMM rate (312 peak); ~1.9 TB/s
+//   realistic bandwidth (2.0 peak, 2,039 GB/s). Not measured here. Memory: 81,920 MiB reported.
+const std::array<gpu_preset, 2> k_gpus{{
+    {"h200", 790e12, 4.3e12, std::uint64_t{71'313} * 2 * k_mib},
+    {"a100-80gb", 280e12, 1.9e12, std::uint64_t{81'920} * k_mib},
+}};
+
+struct model_row {
+  std::string_view name;
+  double params;
+  std::uint32_t hidden;  // query heads x head dim
+};
+// Parameter counts of the released checkpoints (embeddings and LM head included). The KV shape
+// (layers, KV heads, head dim) comes from core's model_preset().
+constexpr std::array<model_row, 4> k_models{{
+    {"llama-3-8b", 8.030e9, 32 * 128},
+    {"yi-6b", 6.061e9, 32 * 128},
+    {"yi-34b", 34.389e9, 56 * 128},
+    {"llama-3-70b", 70.554e9, 64 * 128},
+}};
+
+}  // namespace
+
+std::optional<gpu_preset> gpu_by_name(std::string_view name) {
+  for (const auto& g : k_gpus) {
+    if (g.name == name) return g;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> gpu_names() {
+  std::vector<std::string> names;
+  for (const auto& g : k_gpus) names.push_back(g.name);
+  return names;
+}
+
+std::uint64_t model_compute::weight_bytes_per_gpu() const {
+  return static_cast<std::uint64_t>(params * dtype_bytes / tp);
+}
+
+model_compute model_compute_preset(std::string_view name, std::uint32_t tp) {
+  const model_row* row = nullptr;
+  for (const auto& m : k_models) {
+    if (m.name == name) row = &m;
+  }
+  const auto kv = model_preset(name);
+  if (row == nullptr || !kv) {
+    throw std::invalid_argument(
+        fmt::format("unknown model '{}' (known: {})", name, fmt::join(model_compute_names(), ", ")));
+  }
+  if (tp == 0 || kv->kv_heads % tp != 0) {
+    throw std::invalid_argument(fmt::format("model '{}': tensor-parallel degree {} must divide its {} KV heads",
+                                            name, tp, kv->kv_heads));
+  }
+  model_compute m;
+  m.name = std::string(name);
+  m.params = row->params;
+  m.layers = kv->layers;
+  m.hidden = row->hidden;
+  m.dtype_bytes = kv->dtype_bytes;
+  m.tp = tp;
+  m.kv = *kv;
+  m.kv.kv_heads /= tp;
+  return m;
+}
+
+std::vector<std::string> model_compute_names() {
+  std::vector<std::string> names;
+  for (const auto& m : k_models) names.emplace_back(m.name);
+  return names;
+}
+
+step_cost roofline(const model_compute& model, const gpu_preset& gpu, const step_work& work, double overhead_s) {
+  const double tp = model.tp;
+  const double flops = 2.0 * model.params * static_cast<double>(work.computed_tokens) +
+                       4.0 * model.layers * model.hidden * static_cast<double>(work.attended_pairs);
+  const double kv_bytes = static_cast<double>(model.kv_bytes_per_token_per_gpu()) *
+                          static_cast<double>(work.kv_read_tokens + work.kv_write_tokens);
+  const double bytes = static_cast<double>(model.weight_bytes_per_gpu()) + kv_bytes;
+  step_cost c;
+  c.compute_s = flops / tp / gpu.flop_rate;
+  c.memory_s = bytes / gpu.bandwidth;
+  c.overhead_s = overhead_s;
+  return c;
+}
+
+}  // namespace vtensor::sim

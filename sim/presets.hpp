@@ -1,0 +1,108 @@
+#pragma once
+/// GPU and model presets for the step cost, and the roofline formula itself.
+///
+/// Note [Roofline step cost]
+/// One serving step (one forward pass over a batch) costs, on each of the `tp` GPUs of a
+/// tensor-parallel replica:
+///
+///     compute_s = flops / tp / gpu.flop_rate
+///       flops   = 2 * params * computed_tokens            (every weight used once per token)
+///               + 4 * layers * hidden * attended_pairs     (Q.K^T and P.V, 2 FLOPs a MAC each)
+///     memory_s  = bytes / gpu.bandwidth
+///       bytes   = weight_bytes / tp                        (weights streamed once per step)
+///               + kv_read_tokens  * kv_bytes_per_token / tp   (the context each sequence attends)
+///               + kv_write_tokens * kv_bytes_per_token / tp   (the KV the step appends)
+///     step_s    = max(compute_s, memory_s) + overhead
+///
+/// `computed_tokens` are the tokens of the batch (one per decoding sequence, the prefill chunk of
+/// each prefilling one; prefix-cache hits are not computed); `attended_pairs` sums, over those
+/// tokens, the tokens each one attends to (causal: a prefill chunk of n tokens after c cached
+/// ones attends n*c + n(n+1)/2); `kv_read_tokens` sums, over sequences, the context they read
+/// (c + n). The rates are *measured* ceilings, not datasheet peaks, so the formula has no
+/// efficiency factor. `overhead` is a fixed cost per step for what the roofline does not see
+/// (scheduling, sampling, kernel launches, the all-reduces of tensor parallelism); it is an
+/// assumption, not a measurement: 1 ms by default (vLLM-class engines spend around a
+/// millisecond of host time per step). Not modelled: MLP/attention overlap, kernel efficiency
+/// at small batches, communication volume.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/kv_geometry.hpp"
+
+namespace vtensor::sim {
+
+/// A GPU's ceilings and memory.
+struct gpu_preset {
+  std::string name;             ///< "h200", "a100-80gb"
+  double flop_rate = 0;         ///< dense bf16 FLOP/s the step cost uses (measured where stated)
+  double bandwidth = 0;         ///< HBM bytes/s the step cost uses (measured where stated)
+  std::uint64_t memory_bytes = 0;  ///< device memory a process can allocate chunks from
+};
+
+/// The GPU presets known by name; nullopt for another name.
+[[nodiscard]] std::optional<gpu_preset> gpu_by_name(std::string_view name);
+/// Names of the GPU presets, for messages.
+[[nodiscard]] std::vector<std::string> gpu_names();
+
+/// What the step cost needs of a model, on one GPU of a tensor-parallel replica.
+struct model_compute {
+  std::string name;                 ///< preset name, as in core's model_preset()
+  double params = 0;                ///< parameters of the whole model
+  std::uint32_t layers = 0;         ///< transformer layers
+  std::uint32_t hidden = 0;         ///< attention width: query heads x head dim
+  std::uint32_t dtype_bytes = 2;    ///< bytes per weight and per KV element (bf16)
+  std::uint32_t tp = 1;             ///< tensor-parallel degree: GPUs sharing weights and KV heads
+  model_spec kv;                    ///< KV shape on one GPU (kv heads already divided by tp)
+
+  /// Weight bytes held by one GPU.
+  [[nodiscard]] std::uint64_t weight_bytes_per_gpu() const;
+  /// KV bytes of one token on one GPU (all layers, K and V).
+  [[nodiscard]] std::uint64_t kv_bytes_per_token_per_gpu() const { return kv.kv_bytes_per_token(); }
+};
+
+/// Model `name` split over `tp` GPUs. Throws std::invalid_argument for an unknown name (the
+/// message lists the known ones) or a `tp` that is zero or does not divide the KV heads.
+[[nodiscard]] model_compute model_compute_preset(std::string_view name, std::uint32_t tp = 1);
+/// Names of the model presets.
+[[nodiscard]] std::vector<std::string> model_compute_names();
+
+/// The work of one step, summed over its sequences (Note [Roofline step cost]).
+struct step_work {
+  std::uint64_t computed_tokens = 0;  ///< tokens run through the model
+  std::uint64_t attended_pairs = 0;   ///< sum over computed tokens of tokens attended
+  std::uint64_t kv_read_tokens = 0;   ///< sum over sequences of context tokens read
+  std::uint64_t kv_write_tokens = 0;  ///< tokens whose KV the step writes
+
+  /// Adds a sequence computing `tokens` new tokens after `context` tokens already in its cache.
+  void add_sequence(std::uint64_t context, std::uint64_t tokens) {
+    computed_tokens += tokens;
+    attended_pairs += tokens * context + tokens * (tokens + 1) / 2;
+    kv_read_tokens += context + tokens;
+    kv_write_tokens += tokens;
+  }
+};
+
+/// A step's cost and its parts, seconds.
+struct step_cost {
+  double compute_s = 0;   ///< FLOPs at the FLOP rate
+  double memory_s = 0;    ///< bytes at the bandwidth
+  double overhead_s = 0;  ///< fixed per step
+  /// max(compute, memory) + overhead.
+  [[nodiscard]] double total_s() const { return (compute_s > memory_s ? compute_s : memory_s) + overhead_s; }
+  /// True when compute bounds the step.
+  [[nodiscard]] bool compute_bound() const { return compute_s >= memory_s; }
+};
+
+/// The roofline cost of `work` for `model` on `gpu` (Note [Roofline step cost]). Cheap: a few
+/// multiplications.
+[[nodiscard]] step_cost roofline(const model_compute& model, const gpu_preset& gpu, const step_work& work,
+                                 double overhead_s);
+
+/// Default fixed per-step overhead, seconds (Note [Roofline step cost]).
+inline constexpr double k_default_step_overhead_s = 1e-3;
+
+}  // namespace vtensor::sim
