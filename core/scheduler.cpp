@@ -144,6 +144,49 @@ void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
   r.pinned = nullptr;
 }
 
+// Gives a new record its memory: `chunks` holds its `shared` pages' chunks (page-major); takes
+// own chunks for pages [shared, needed) (evicting cached prefixes if need be) and lookahead ones,
+// reserves the range, maps it all, and copies `partial_bytes` of `partial_src` (a chunk per
+// tensor) into page `shared`. False when out of memory: then nothing is held. A driver failure
+// undoes everything and rethrows.
+bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
+                      std::span<const chunk_id> partial_src, std::uint64_t partial_bytes) {
+  const std::uint32_t tensors = geometry_.tensors();
+  if (!ops_.alloc_chunks(std::size_t{needed - shared} * tensors, true, chunks)) {
+    discard(rec, {});
+    ++counters_.preemption_signals;
+    return false;
+  }
+  alloc_lookahead(rec, needed, chunks);
+  const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
+  try {
+    rec.base = ops_.alloc_range();
+    map_pages(rec, chunks, shared);
+    for (std::uint32_t t = 0; t < tensors && partial_bytes > 0; ++t) {
+      ops_.copy_prefix(rec.page_addr(t, shared, geometry_.chunk_bytes()), partial_src[t], partial_bytes);
+    }
+  } catch (...) {
+    discard(rec, own);
+    throw;
+  }
+  return true;
+}
+
+// The last step of create and fork: the record, now backed, joins the live requests.
+create_result scheduler::go_live(std::unique_ptr<vtensor_record> rec, std::uint64_t tokens, std::uint32_t shared,
+                                 std::uint64_t hit, std::uint64_t partial_bytes) {
+  rec->tokens = tokens;
+  rec->shared_pages = shared;
+  rec->hit_tokens = hit;
+  rec->cow_bytes = partial_bytes * geometry_.tensors();
+  account(*rec, +1);
+  ++counters_.created;
+  create_result result{alloc_status::ok, hit, rec->cow_bytes, shared};
+  const request_id id = rec->id;
+  live_.emplace(id, std::move(rec));
+  return result;
+}
+
 create_result scheduler::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
                                 std::uint64_t max_tokens) {
   auto rec = new_record(id, max_tokens);
@@ -197,38 +240,14 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
   std::vector<chunk_id> chunks;
   chunks.reserve(std::size_t{needed + config_.lookahead_pages} * tensors);
   for (std::uint32_t p = 0; p < shared; ++p) chunks.insert(chunks.end(), best[p]->chunks.begin(), best[p]->chunks.end());
-  if (!ops_.alloc_chunks(std::size_t{needed - shared} * tensors, true, chunks)) {
-    chunks.clear();
-    discard(*rec, chunks);
-    ++counters_.preemption_signals;
+  static const std::vector<chunk_id> k_none;
+  if (!build(*rec, chunks, shared, needed, partial_bytes > 0 ? best[shared]->chunks : k_none, partial_bytes)) {
     return {alloc_status::needs_preemption};
   }
-  alloc_lookahead(*rec, needed, chunks);
-  const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
-  try {
-    rec->base = ops_.alloc_range();
-    map_pages(*rec, chunks, shared);
-    if (partial_bytes > 0) {
-      for (std::uint32_t t = 0; t < tensors; ++t) {
-        ops_.copy_prefix(rec->page_addr(t, shared, chunk), best[shared]->chunks[t], partial_bytes);
-      }
-    }
-  } catch (...) {
-    discard(*rec, own);
-    throw;
-  }
-  rec->tokens = prompt_tokens;
-  rec->shared_pages = shared;
-  rec->hit_tokens = hit;
-  rec->cow_bytes = partial_bytes * tensors;
-  account(*rec, +1);
-  ++counters_.created;
   counters_.prompt_tokens += prompt_tokens;
   counters_.hit_tokens += hit;
   counters_.recomputed_tokens += hit_max - hit;
-  create_result result{alloc_status::ok, hit, rec->cow_bytes, shared};
-  live_.emplace(id, std::move(rec));
-  return result;
+  return go_live(std::move(rec), prompt_tokens, shared, hit, partial_bytes);
 }
 
 alloc_status scheduler::extend(request_id id, std::uint64_t tokens) {
@@ -289,36 +308,12 @@ create_result scheduler::fork(request_id parent_id, request_id child_id) {
   for (std::uint32_t p = 0; p < shared; ++p) {
     for (std::uint32_t t = 0; t < tensors; ++t) chunks.push_back(parent.maps[std::size_t{p} * tensors + t]->chunk);
   }
-  if (!ops_.alloc_chunks(std::size_t{needed - shared} * tensors, true, chunks)) {
-    chunks.clear();
-    discard(*rec, chunks);
-    ++counters_.preemption_signals;
-    return {alloc_status::needs_preemption};
+  std::vector<chunk_id> partial_src;
+  for (std::uint32_t t = 0; t < tensors && partial_bytes > 0; ++t) {
+    partial_src.push_back(parent.maps[std::size_t{shared} * tensors + t]->chunk);
   }
-  alloc_lookahead(*rec, needed, chunks);
-  const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
-  try {
-    rec->base = ops_.alloc_range();
-    map_pages(*rec, chunks, shared);
-    if (partial_bytes > 0) {
-      for (std::uint32_t t = 0; t < tensors; ++t) {
-        ops_.copy_prefix(rec->page_addr(t, shared, chunk), parent.maps[std::size_t{shared} * tensors + t]->chunk,
-                         partial_bytes);
-      }
-    }
-  } catch (...) {
-    discard(*rec, own);
-    throw;
-  }
-  rec->tokens = hit;
-  rec->shared_pages = shared;
-  rec->hit_tokens = hit;
-  rec->cow_bytes = partial_bytes * tensors;
-  account(*rec, +1);
-  ++counters_.created;
-  create_result result{alloc_status::ok, hit, rec->cow_bytes, shared};
-  live_.emplace(child_id, std::move(rec));
-  return result;
+  if (!build(*rec, chunks, shared, needed, partial_src, partial_bytes)) return {alloc_status::needs_preemption};
+  return go_live(std::move(rec), hit, shared, hit, partial_bytes);
 }
 
 // Hangs the request's pages on the rTree path of its blocks: whole pages, and the last partial

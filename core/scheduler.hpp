@@ -116,6 +116,10 @@ class scheduler {
   void account(const vtensor_record& r, int sign);
   std::unique_ptr<vtensor_record> new_record(request_id id, std::uint64_t max_tokens);
   void discard(vtensor_record& r, std::span<const chunk_id> chunks);
+  create_result go_live(std::unique_ptr<vtensor_record> rec, std::uint64_t tokens, std::uint32_t shared,
+                        std::uint64_t hit, std::uint64_t partial_bytes);
+  bool build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
+             std::span<const chunk_id> partial_src, std::uint64_t partial_bytes);
   std::vector<mapping*> run_;  // scratch for unmap runs
 
   kv_geometry geometry_;
