@@ -17,7 +17,7 @@ manager::~manager() {
   }
 }
 
-void manager::after_op() const {
+void manager::after_op() {
 #ifdef VTENSOR_EXPENSIVE_CHECKS
   scheduler_.check_invariants();
 #endif
@@ -96,7 +96,14 @@ manager_stats manager::stats() const {
   s.evicted_nodes = ops.counters().evicted_nodes;
   s.tree_nodes = ops.tree().node_count();
   s.tree_pages = ops.tree().page_count();
-  s.vmm = ops.backend().counters();
+  s.vmm = ops.vmm_stats();
+  const async_counters a = ops.async_stats();
+  s.async_vmm_ns = a.worker_vmm_ns;
+  s.async_mapped_chunks = a.mapped_chunks;
+  s.chunks_created_ahead = ops.counters().created_ahead;
+  s.chunks_created = ops.counters().chunks_created;
+  s.mapping_waits = a.waits;
+  s.mapping_wait_ns = a.wait_ns;
   return s;
 }
 
@@ -110,7 +117,7 @@ void manager::shutdown() {
   scheduler_.shutdown();
 }
 
-void manager::check_invariants() const {
+void manager::check_invariants() {
   std::lock_guard lock(mutex_);
   scheduler_.check_invariants();
 }

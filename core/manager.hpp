@@ -43,6 +43,12 @@ struct manager_stats {
   std::uint64_t tree_nodes = 0;       ///< rTree nodes
   std::uint64_t tree_pages = 0;       ///< page versions cached in the rTree
   vmm_counters vmm;                   ///< VMM calls and charged time per kind
+  std::uint64_t async_vmm_ns = 0;     ///< of vmm's time, what the mapping worker charged (off the step)
+  std::uint64_t async_mapped_chunks = 0;  ///< chunks mapped by the worker
+  std::uint64_t chunks_created_ahead = 0; ///< chunks the worker created ahead of need
+  std::uint64_t chunks_created = 0;   ///< chunks created in all (after warm-up, ideally no more)
+  std::uint64_t mapping_waits = 0;    ///< extends that waited for a worker mapping
+  std::uint64_t mapping_wait_ns = 0;  ///< wall time of those waits
 
   /// 1 - used / mapped (0 when nothing is mapped).
   [[nodiscard]] double internal_fragmentation() const {
@@ -100,15 +106,16 @@ class manager {
   /// Drops all live requests and the prefix cache and releases everything to the driver. The
   /// manager stays usable.
   void shutdown();
-  /// Checks every invariant of ../shared/DESIGN.md; throws std::logic_error naming the first broken.
-  void check_invariants() const;
+  /// Waits for the mapping worker, then checks every invariant of ../shared/DESIGN.md; throws
+  /// std::logic_error naming the first broken.
+  void check_invariants();
 
   [[nodiscard]] const kv_geometry& geometry() const { return geometry_; }
   /// Installs the device copy for copy-on-write (GPU backends).
   void set_device_copy(device_copy_fn fn);
 
  private:
-  void after_op() const;
+  void after_op();
 
   kv_geometry geometry_;
   mutable std::mutex mutex_;

@@ -33,11 +33,12 @@ operations::operations(vmm_backend& backend, const kv_geometry& geometry, std::u
 operations::~operations() = default;
 
 std::optional<chunk_id> operations::alloc_chunk() {
+  adopt_created();
   if (auto c = pset_.take_free()) {
     ++counters_.pool_hits;
     return c;
   }
-  auto h = backend_.create_chunk();
+  auto h = vmm([](vmm_backend& b) { return b.create_chunk(); });
   if (!h) return std::nullopt;
   ++counters_.chunks_created;
   return pset_.adopt(*h);
@@ -95,19 +96,28 @@ device_addr operations::alloc_range() {
     ++counters_.range_hits;
     return base;
   }
-  return backend_.reserve(vtensor_bytes_);
+  return vmm([&](vmm_backend& b) { return b.reserve(vtensor_bytes_); });
 }
 
 void operations::free_range(device_addr base) {
   if (range_cache_.size() < range_cache_limit_) {
     range_cache_.push_back(base);
   } else {
-    backend_.free_range(base);
+    vmm([&](vmm_backend& b) { b.free_range(base); });
   }
 }
 
 mapping& operations::map(device_addr va, chunk_id c, request_id owner, bool shared) {
-  backend_.map(va, pset_[c].handle);
+  vmm([&](vmm_backend& b) { b.map(va, pset_[c].handle); });
+  return record_mapping(va, c, owner, shared);
+}
+
+mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job) {
+  job.maps.emplace_back(va, pset_[c].handle);
+  return record_mapping(va, c, owner, shared);
+}
+
+mapping& operations::record_mapping(device_addr va, chunk_id c, request_id owner, bool shared) {
   chunk_record& r = pset_[c];
   mapping& m = vset_.insert(va, c, owner, shared);
   if (r.mappings.empty()) ++mapped_chunks_;
@@ -125,7 +135,7 @@ void operations::make_shared(mapping& m) {
 
 void operations::unmap_run(std::span<mapping* const> maps) {
   if (maps.empty()) return;
-  backend_.unmap(maps.front()->va, maps.size() * geometry_.chunk_bytes());
+  vmm([&](vmm_backend& b) { b.unmap(maps.front()->va, maps.size() * geometry_.chunk_bytes()); });
   for (mapping* m : maps) {
     chunk_record& r = pset_[m->chunk];
     if (m->shared && --r.shared_mappings == 0) --shared_chunks_;
@@ -158,6 +168,7 @@ void operations::copy_prefix(device_addr dst, chunk_id src, std::uint64_t bytes)
     if (copy_) copy_(dst, from, bytes);
     return;
   }
+  std::lock_guard lock(backend_mutex_);
   if (scratch_ == 0) scratch_ = backend_.reserve(geometry_.chunk_bytes());
   backend_.map(scratch_, r.handle);
   try {
@@ -171,6 +182,9 @@ void operations::copy_prefix(device_addr dst, chunk_id src, std::uint64_t bytes)
 }
 
 std::size_t operations::trim() {
+  drain();
+  adopt_created();
+  std::lock_guard lock(backend_mutex_);
   std::size_t released = 0;
   while (auto c = pset_.take_free()) {
     backend_.release_chunk(pset_.forget(*c));
@@ -183,6 +197,55 @@ std::size_t operations::trim() {
     scratch_ = 0;
   }
   return released;
+}
+
+void operations::set_access(device_addr va, std::uint64_t bytes) {
+  vmm([&](vmm_backend& b) { b.set_access(va, bytes); });
+}
+
+void operations::enable_async() {
+  if (!mapper_) mapper_ = std::make_unique<async_mapper>(backend_, backend_mutex_);
+}
+
+std::uint64_t operations::submit(mapping_job job) {
+  if (job.empty()) return 0;
+  if (!mapper_) throw std::logic_error("operations: deferred mapping without the async worker");
+  return mapper_->submit(std::move(job));
+}
+
+void operations::wait(std::uint64_t ticket, bool step_wait) {
+  if (mapper_ && ticket != 0) mapper_->wait(ticket, step_wait);
+}
+
+void operations::drain() const {
+  if (mapper_) mapper_->drain();
+}
+
+bool operations::job_pending(std::uint64_t ticket) const { return mapper_ && ticket != 0 && !mapper_->done(ticket); }
+
+void operations::adopt_created() {
+  if (!mapper_) return;
+  for (chunk_handle h : mapper_->take_created()) {
+    ++counters_.chunks_created;
+    ++counters_.created_ahead;
+    pset_.put_free(pset_.adopt(h));
+  }
+}
+
+void operations::create_ahead(std::uint32_t low_watermark) {
+  if (!mapper_ || low_watermark == 0 || !mapper_->done(ahead_ticket_)) return;
+  adopt_created();
+  if (pset_.free_count() >= low_watermark) return;
+  mapping_job job;
+  job.create_chunks = low_watermark - static_cast<std::uint32_t>(pset_.free_count());
+  ahead_ticket_ = mapper_->submit(std::move(job));
+}
+
+async_counters operations::async_stats() const { return mapper_ ? mapper_->counters() : async_counters{}; }
+
+vmm_counters operations::vmm_stats() const {
+  std::lock_guard lock(backend_mutex_);
+  return backend_.counters();
 }
 
 void operations::drop_cache_and_trim() {
@@ -233,7 +296,7 @@ void operations::check_invariants() const {
   if (mapped != mapped_chunks_) fail(fmt::format("{} chunks mapped, {} counted", mapped, mapped_chunks_));
   if (shared != shared_chunks_) fail(fmt::format("{} chunks shared, {} counted", shared, shared_chunks_));
   if (mappings != vset_.size()) fail(fmt::format("{} chunk mappings, {} in vSet", mappings, vset_.size()));
-  const vmm_live live = backend_.live();
+  const vmm_live live = vmm([](vmm_backend& b) { return b.live(); });
   if (live.chunks != pset_.live()) {
     fail(fmt::format("backend holds {} chunks, pSet {} (created = free + in use)", live.chunks, pset_.live()));
   }

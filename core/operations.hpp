@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "backends/vmm_backend.hpp"
+#include "core/async_mapper.hpp"
 #include "core/eviction_policy.hpp"
 #include "core/kv_geometry.hpp"
 #include "core/pset.hpp"
@@ -33,6 +35,7 @@ struct operation_counters {
   std::uint64_t pool_hits = 0;       ///< chunks taken from the free pool
   std::uint64_t chunks_created = 0;  ///< chunks created through the backend
   std::uint64_t range_hits = 0;      ///< vTensor ranges reused from the range cache
+  std::uint64_t created_ahead = 0;   ///< of the chunks created, those the worker created ahead of need
 };
 
 /// The operations and the pool they act on. Not thread-safe.
@@ -69,8 +72,34 @@ class operations {
   // --- mapping ---
   /// Maps `c` at `va` for `owner` and records it in vSet/pSet (+1 reference). Access is not set.
   mapping& map(device_addr va, chunk_id c, request_id owner, bool shared);
+  /// Records a mapping of `c` at `va` now and defers the driver's map into `job` (Note [Deferred
+  /// mappings] in async_mapper.hpp).
+  mapping& map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job);
   /// Grants access to mapped `[va, va + bytes)`.
-  void set_access(device_addr va, std::uint64_t bytes) { backend_.set_access(va, bytes); }
+  void set_access(device_addr va, std::uint64_t bytes);
+
+  // --- asynchronous worker (off unless enable_async) ---
+  /// Starts the mapping worker.
+  void enable_async();
+  [[nodiscard]] bool async() const { return mapper_ != nullptr; }
+  /// Queues deferred driver work; returns its ticket (0 for an empty job).
+  std::uint64_t submit(mapping_job job);
+  /// Waits for ticket `ticket` (0: nothing); `step_wait` counts it as a step waiting for a mapping.
+  void wait(std::uint64_t ticket, bool step_wait);
+  /// Whether job `ticket` may still be running.
+  [[nodiscard]] bool job_pending(std::uint64_t ticket) const;
+  /// Waits for all deferred work.
+  void drain() const;
+  /// Waits for all deferred work and adopts the chunks the worker created into the free pool.
+  void settle() {
+    drain();
+    adopt_created();
+  }
+  /// Asks the worker to create chunks until the free pool holds `low_watermark` (one batch at a time).
+  void create_ahead(std::uint32_t low_watermark);
+  [[nodiscard]] async_counters async_stats() const;
+  /// The backend's counters, read under the backend lock.
+  [[nodiscard]] vmm_counters vmm_stats() const;
   /// Unmaps the contiguous mappings `maps` (adjacent addresses, ascending) in one call; chunks left
   /// unreferenced go to the free pool.
   void unmap_run(std::span<mapping* const> maps);
@@ -116,6 +145,14 @@ class operations {
 
  private:
   void drop_pages(std::vector<page_version>& pages);
+  mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared);
+  void adopt_created();
+  /// Runs `f(backend)` holding the backend lock (the worker calls the backend too).
+  template <class F>
+  decltype(auto) vmm(F&& f) const {
+    std::lock_guard lock(backend_mutex_);
+    return f(backend_);
+  }
 
   vmm_backend& backend_;
   kv_geometry geometry_;
@@ -127,6 +164,9 @@ class operations {
   std::vector<device_addr> range_cache_;
   device_addr scratch_ = 0;
   device_copy_fn copy_;
+  mutable std::mutex backend_mutex_;
+  std::unique_ptr<async_mapper> mapper_;  // declared after what it uses: destroyed (drained) first
+  std::uint64_t ahead_ticket_ = 0;
   operation_counters counters_;
   std::uint64_t mapped_chunks_ = 0;
   std::uint64_t shared_chunks_ = 0;

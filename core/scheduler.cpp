@@ -31,6 +31,7 @@ scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_confi
       tensor_span_(geometry_.tensor_span_bytes(config.max_context_tokens)),
       ops_(backend, geometry_, vtensor_bytes_, std::move(eviction), config.range_cache) {
   if (config_.max_context_tokens == 0) throw std::invalid_argument("scheduler: max context tokens must be positive");
+  if (config_.async_lookahead || config_.create_ahead_chunks > 0) ops_.enable_async();
 }
 
 scheduler::~scheduler() = default;
@@ -81,14 +82,31 @@ std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64
 
 // Maps `chunks` (page-major: page i's chunk of tensor t is chunks[i * tensors + t]) as the pages
 // following the request's mapped ones, the first `shared_count` of them shared. One set-access
-// per tensor covers the new run. Strong guarantee: on a failure, what it mapped is unmapped.
-void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count) {
+// per tensor covers the new run. `deferred`: the driver calls go to the worker (Note [Deferred
+// mappings]). Strong guarantee: on a failure, what it mapped is unmapped.
+void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count,
+                          bool deferred) {
   const std::uint32_t tensors = geometry_.tensors();
   const std::uint64_t chunk = geometry_.chunk_bytes();
   const std::uint32_t first = r.mapped_pages;
   const auto pages = static_cast<std::uint32_t>(chunks.size() / tensors);
   if (pages == 0) return;
   r.maps.resize(std::size_t{first + pages} * tensors, nullptr);
+  if (deferred) {
+    mapping_job job;
+    job.maps.reserve(chunks.size());
+    for (std::uint32_t t = 0; t < tensors; ++t) {
+      for (std::uint32_t i = 0; i < pages; ++i) {
+        const std::uint32_t p = first + i;
+        r.maps[std::size_t{p} * tensors + t] = &ops_.map_deferred(
+            r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count, job);
+      }
+      job.accesses.emplace_back(r.page_addr(t, first, chunk), pages * chunk);
+    }
+    r.ticket = ops_.submit(std::move(job));
+    r.mapped_pages = first + pages;
+    return;
+  }
   try {
     for (std::uint32_t t = 0; t < tensors; ++t) {
       for (std::uint32_t i = 0; i < pages; ++i) {
@@ -109,7 +127,28 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
     r.maps.resize(std::size_t{first} * tensors);
     throw;
   }
+  if (r.ready_pages == first) r.ready_pages = first + pages;
   r.mapped_pages = first + pages;
+}
+
+// Keeps `lookahead_pages` pages mapped past the `needed` ones, best effort (no eviction for
+// speculation); through the worker when asynchronous.
+void scheduler::top_up(vtensor_record& r, std::uint32_t needed) {
+  const std::uint32_t target = std::min(needed + config_.lookahead_pages, max_pages(r));
+  if (r.mapped_pages >= target) return;
+  std::vector<chunk_id> chunks;
+  for (std::uint32_t p = r.mapped_pages; p < target; ++p) {
+    if (!ops_.alloc_chunks(geometry_.tensors(), false, chunks)) {
+      counters_.lookahead_misses += target - p;
+      break;
+    }
+  }
+  try {
+    map_pages(r, chunks, 0, ops_.async());
+  } catch (...) {
+    for (chunk_id c : chunks) ops_.unuse(c);
+    throw;
+  }
 }
 
 void scheduler::alloc_lookahead(const vtensor_record& r, std::uint32_t needed_pages, std::vector<chunk_id>& chunks) {
@@ -124,6 +163,8 @@ void scheduler::alloc_lookahead(const vtensor_record& r, std::uint32_t needed_pa
 }
 
 void scheduler::unmap_all(vtensor_record& r) {
+  ops_.wait(r.ticket, false);  // deferred mappings must be in place before they are undone
+  r.ticket = 0;
   const std::uint32_t tensors = geometry_.tensors();
   for (std::uint32_t t = 0; t < tensors; ++t) {
     run_.clear();
@@ -132,6 +173,7 @@ void scheduler::unmap_all(vtensor_record& r) {
   }
   r.maps.clear();
   r.mapped_pages = 0;
+  r.ready_pages = 0;
 }
 
 // Undoes a create or fork that failed after taking memory: unpins, returns the chunks that were
@@ -157,18 +199,23 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
     ++counters_.preemption_signals;
     return false;
   }
+  // Lookahead pages join the same mapping run, or go to the worker when asynchronous.
+  const std::size_t required = chunks.size();
   alloc_lookahead(rec, needed, chunks);
   const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
+  const std::span<const chunk_id> now(chunks.begin(), ops_.async() ? required : chunks.size());
   try {
     rec.base = ops_.alloc_range();
-    map_pages(rec, chunks, shared);
+    map_pages(rec, now, shared, false);
     for (std::uint32_t t = 0; t < tensors && partial_bytes > 0; ++t) {
       ops_.copy_prefix(rec.page_addr(t, shared, geometry_.chunk_bytes()), partial_src[t], partial_bytes);
     }
+    map_pages(rec, std::span<const chunk_id>(chunks).subspan(now.size()), 0, true);
   } catch (...) {
     discard(rec, own);
     throw;
   }
+  ops_.create_ahead(config_.create_ahead_chunks);
   return true;
 }
 
@@ -258,19 +305,27 @@ alloc_status scheduler::extend(request_id id, std::uint64_t tokens) {
                                             r.max_tokens));
   }
   const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(total));
-  if (needed > r.mapped_pages) {
+  if (needed > r.mapped_pages) {  // not even queued: mapped now, on the step
     std::vector<chunk_id> chunks;
     if (!ops_.alloc_chunks(std::size_t{needed - r.mapped_pages} * geometry_.tensors(), true, chunks)) {
       ++counters_.preemption_signals;
       return alloc_status::needs_preemption;
     }
-    alloc_lookahead(r, needed, chunks);
+    if (!ops_.async()) alloc_lookahead(r, needed, chunks);
     try {
-      map_pages(r, chunks, 0);
+      map_pages(r, chunks, 0, false);
     } catch (...) {
       for (chunk_id c : chunks) ops_.unuse(c);
       throw;
     }
+  }
+  if (needed > r.ready_pages) {  // a page it needs was mapped by the worker: wait until done
+    ops_.wait(r.ticket, true);
+    r.ready_pages = r.mapped_pages;
+  }
+  if (config_.lookahead_pages > 0 && needed > geometry_.pages_for_tokens(r.tokens)) {
+    top_up(r, needed);
+    ops_.create_ahead(config_.create_ahead_chunks);
   }
   own_valid_bytes_ += tokens * geometry_.bytes_per_token();
   logical_tokens_ += tokens;
@@ -386,13 +441,20 @@ vtensor_view scheduler::view(const vtensor_record& r) const {
                       r.hit_tokens};
 }
 
+void scheduler::settle() {
+  ops_.settle();
+  for (auto& [id, r] : live_) r->ready_pages = r->mapped_pages;
+}
+
 void scheduler::shutdown() {
+  ops_.drain();
   for (auto& [id, r] : live_) release(*r);
   live_.clear();
   ops_.drop_cache_and_trim();
 }
 
-void scheduler::check_invariants() const {
+void scheduler::check_invariants() {
+  settle();
   auto fail = [](const std::string& why) { throw std::logic_error("scheduler invariant: " + why); };
   ops_.check_invariants();
   const std::uint32_t tensors = geometry_.tensors();

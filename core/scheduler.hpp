@@ -33,6 +33,8 @@ struct scheduler_config {
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page handling
   std::size_t range_cache = 256;                       ///< freed vTensor ranges kept reserved
   bool record_on_preempt = true;                       ///< a preempted request's prefix stays cached
+  bool async_lookahead = false;                        ///< lookahead pages mapped by the background worker
+  std::uint32_t create_ahead_chunks = 0;               ///< worker keeps this many chunks free (0: off)
 };
 
 /// Outcome of a call that may need memory.
@@ -101,13 +103,16 @@ class scheduler {
 
   /// Drops every live request (no prefix record), the cache, and gives all memory back.
   void shutdown();
-  /// Checks every request against the pool, then the pool itself; throws std::logic_error.
-  void check_invariants() const;
+  /// Waits for the worker's deferred mappings and takes the chunks it created.
+  void settle();
+  /// Settles, then checks every request against the pool, then the pool itself; throws std::logic_error.
+  void check_invariants();
 
  private:
   vtensor_record& get(request_id id);
   std::uint32_t max_pages(const vtensor_record& r) const;
-  void map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count);
+  void map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count, bool deferred);
+  void top_up(vtensor_record& r, std::uint32_t needed);
   void alloc_lookahead(const vtensor_record& r, std::uint32_t needed_pages, std::vector<chunk_id>& chunks);
   void release(vtensor_record& r);
   void unmap_all(vtensor_record& r);

@@ -23,6 +23,8 @@ struct vtensor_record {
   std::uint64_t tokens = 0;             ///< tokens holding valid KV
   std::uint32_t shared_pages = 0;       ///< leading pages mapped shared (immutable prefix)
   std::uint32_t mapped_pages = 0;       ///< pages mapped in every tensor (shared, own, lookahead)
+  std::uint32_t ready_pages = 0;        ///< leading pages whose driver mappings are surely done
+  std::uint64_t ticket = 0;             ///< the worker's last job for this request (0: none)
   std::vector<mapping*> maps;           ///< [page * tensors + tensor]; size mapped_pages * tensors
   std::vector<token_block> blocks;      ///< prefix identity of its leading tokens
   radix_node* pinned = nullptr;         ///< rTree node it pins (its path's pages back its prefix)

@@ -1,0 +1,85 @@
+#pragma once
+/// The asynchronous mapping worker: one background thread that issues lookahead mappings (map +
+/// set-access) and creates chunks ahead of need, so that a decode step only waits when a mapping
+/// it needs is not done yet. One thread, because the driver serialises VMM calls: more threads do
+/// not map faster (../shared/calibration/README.md).
+///
+/// Note [Deferred mappings]: the pool's bookkeeping (vSet, pSet) is done by the caller when it
+/// submits a job, as if the mapping were in place; only the driver calls are deferred. Whoever
+/// touches those addresses again (a step that needs the page, an unmap, an invariant walk) first
+/// waits for the job's ticket. Every backend call, from either thread, holds `backend_mutex()`.
+/// A driver error in the worker is kept and rethrown by the next wait().
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backends/vmm_backend.hpp"
+
+namespace vtensor {
+
+/// Driver work deferred to the worker.
+struct mapping_job {
+  std::vector<std::pair<device_addr, chunk_handle>> maps;        ///< chunk-sized maps, in order
+  std::vector<std::pair<device_addr, std::uint64_t>> accesses;   ///< set-access runs after the maps
+  std::uint32_t create_chunks = 0;                               ///< chunks to create ahead of need
+  [[nodiscard]] bool empty() const { return maps.empty() && create_chunks == 0; }
+};
+
+/// What the worker did and what callers waited.
+struct async_counters {
+  std::uint64_t jobs = 0;              ///< jobs run
+  std::uint64_t mapped_chunks = 0;     ///< chunks mapped by the worker
+  std::uint64_t created_chunks = 0;    ///< chunks created ahead by the worker
+  std::uint64_t worker_vmm_ns = 0;     ///< backend time charged by the worker's calls (off the step)
+  std::uint64_t waits = 0;             ///< waits that found their job not done
+  std::uint64_t wait_ns = 0;           ///< wall time spent in those waits
+};
+
+/// The worker. Created by operations when asynchronous lookahead is on.
+class async_mapper {
+ public:
+  async_mapper(vmm_backend& backend, std::mutex& backend_mutex);
+  ~async_mapper();  ///< drains, then stops the thread
+  async_mapper(const async_mapper&) = delete;
+  async_mapper& operator=(const async_mapper&) = delete;
+
+  /// Queues `job`; returns its ticket (tickets grow by one per job).
+  std::uint64_t submit(mapping_job job);
+  /// Blocks until job `ticket` is done; `step_wait` counts the wait as a step waiting for a
+  /// mapping. Rethrows a driver error the worker met.
+  void wait(std::uint64_t ticket, bool step_wait);
+  /// Waits for every job.
+  void drain() { wait(last_ticket(), false); }
+  /// Whether job `ticket` is done.
+  [[nodiscard]] bool done(std::uint64_t ticket) const;
+  /// The last ticket handed out.
+  [[nodiscard]] std::uint64_t last_ticket() const;
+  /// Chunks the worker created ahead, handed over once (the caller adopts them).
+  [[nodiscard]] std::vector<chunk_handle> take_created();
+  /// A copy of the counters.
+  [[nodiscard]] async_counters counters() const;
+
+ private:
+  void run();
+
+  vmm_backend& backend_;
+  std::mutex& backend_mutex_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::pair<std::uint64_t, mapping_job>> queue_;
+  std::vector<chunk_handle> created_;
+  std::uint64_t submitted_ = 0;
+  std::uint64_t completed_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  async_counters counters_;
+  std::thread thread_;
+};
+
+}  // namespace vtensor

@@ -1,0 +1,96 @@
+// The asynchronous mapping worker: lookahead pages mapped off the step, steps waiting only for
+// pages not mapped yet, chunks created ahead of need, and a steady state without cuMemCreate.
+
+#include <doctest/doctest.h>
+
+#include "backends/sim_backend.hpp"
+#include "core/manager.hpp"
+#include "tests/core/manager_test_support.hpp"
+
+using namespace vtensor;
+using namespace vtensor::core_testing;
+
+TEST_CASE("async lookahead: pages mapped by the worker, needed pages in place when extend returns") {
+  sim_backend sim(sim_backend::k_unlimited, latency_model::h200());
+  manager_config config = llama_config(kv_layout::token_major, 4);  // 16 tokens a page
+  config.scheduler.async_lookahead = true;
+  manager m(sim, config);
+  REQUIRE(m.create(request_id{1}, run_of_blocks(0, 2, 16), 40).ok());
+  for (int i = 0; i < 5000; ++i) {
+    REQUIRE(m.extend(request_id{1}, 1) == alloc_status::ok);
+    if (i % 97 == 0) {
+      // Every page holding tokens is mapped and accessible: the step never sees a missing page.
+      const auto v = *m.view(request_id{1});
+      for (std::uint64_t p = 0; p * 16 < v.tokens; ++p) REQUIRE(sim.accessible(v.base + p * k_chunk_bytes));
+    }
+  }
+  m.check_invariants();
+  const auto s = m.stats();
+  CHECK(s.async_mapped_chunks >= 5040 / 16 - 4);   // all but the first pages came from the worker
+  CHECK(s.async_vmm_ns > 0);
+  CHECK(s.async_vmm_ns < s.vmm.total_time_ns());
+  CHECK(m.view(request_id{1})->mapped_tokens >= 5040 + 3 * 16);
+  MESSAGE("mapping waits: " << s.mapping_waits << ", " << s.mapping_wait_ns / 1000 << " us");
+  m.finish(request_id{1});
+  m.check_invariants();
+  m.shutdown();
+  CHECK(sim.live().chunks == 0);
+  CHECK(sim.live().mappings == 0);
+}
+
+TEST_CASE("async lookahead: many requests, forks and preemptions keep every invariant") {
+  sim_backend sim(200 * k_chunk_bytes, latency_model::zero());
+  manager_config config = llama_config(kv_layout::token_major, 2);
+  config.scheduler.async_lookahead = true;
+  manager m(sim, config);
+  std::uint64_t next = 1;
+  for (int round = 0; round < 200; ++round) {
+    const request_id a{next++};
+    if (!m.create(a, run_of_blocks(round % 7, 3, 16), 60).ok()) continue;
+    const request_id b{next++};
+    if (!m.fork(a, b).ok()) {
+      m.preempt(a);
+      continue;
+    }
+    for (int k = 0; k < 30; ++k) {
+      if (m.extend(a, 3) != alloc_status::ok || m.extend(b, 2) != alloc_status::ok) break;
+    }
+    m.finish(a);
+    if (round % 3 == 0) {
+      m.preempt(b);
+    } else {
+      m.finish(b);
+    }
+    if (round % 20 == 0) m.check_invariants();
+  }
+  m.check_invariants();
+  CHECK(m.stats().async_mapped_chunks > 0);
+  m.shutdown();
+  CHECK(sim.live().chunks == 0);
+  CHECK(sim.live().ranges == 0);
+}
+
+TEST_CASE("create ahead: after warm-up a steady state creates no chunk") {
+  sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
+  manager_config config = llama_config(kv_layout::kv_fused, 1);
+  config.scheduler.async_lookahead = true;
+  config.scheduler.create_ahead_chunks = 64;
+  manager m(sim, config);
+  std::uint64_t created_after_warmup = 0;
+  for (std::uint64_t i = 0; i < 300; ++i) {
+    REQUIRE(m.create(request_id{i}, {}, 1500).ok());
+    if (i >= 2) {
+      REQUIRE(m.extend(request_id{i - 2}, 700) == alloc_status::ok);
+      m.finish(request_id{i - 2});
+    }
+    if (i == 50) {
+      m.check_invariants();  // settles: the worker's chunks are in the pool
+      created_after_warmup = m.stats().chunks_created;
+    }
+  }
+  m.check_invariants();
+  const auto s = m.stats();
+  CHECK(s.chunks_created_ahead > 0);
+  CHECK(s.chunks_created == created_after_warmup);  // steady state: zero creates
+  CHECK(s.free_pool_bytes >= 64 * k_chunk_bytes);
+}
