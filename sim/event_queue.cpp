@@ -36,9 +36,9 @@ void event_queue::cancel(event_id id) {
   ++cancelled_queued_;
 }
 
-std::uint64_t event_queue::run_until(time_us until) {
+std::uint64_t event_queue::run_until(time_us until, std::uint64_t max_events) {
   std::uint64_t ran = 0;
-  while (!heap_.empty() && heap_.top().at <= until) {
+  while (ran < max_events && !heap_.empty() && heap_.top().at <= until) {
     const entry e = heap_.top();
     heap_.pop();
     slot& s = slots_[e.slot];

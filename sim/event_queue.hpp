@@ -42,9 +42,9 @@ class event_queue {
   /// Marks event `id` cancelled; a no-op for an event already run, cancelled or unknown.
   void cancel(event_id id);
 
-  /// Runs events in (time, sequence) order while the next one is at or before `until`; the
-  /// clock stays at the last event run. Returns the number of events run.
-  std::uint64_t run_until(time_us until);
+  /// Runs events in (time, sequence) order while the next one is at or before `until`, at most
+  /// `max_events` of them; the clock stays at the last event run. Returns the events run.
+  std::uint64_t run_until(time_us until, std::uint64_t max_events = std::numeric_limits<std::uint64_t>::max());
   /// Runs every event, including those scheduled by handlers, until the queue is empty.
   std::uint64_t run() { return run_until(std::numeric_limits<time_us>::max()); }
 

@@ -1,0 +1,114 @@
+#pragma once
+/// The KV policy interface: everything the serving replica asks of memory. One implementation
+/// per allocator (vTensor here; paged blocks, max-length preallocation and others beside it),
+/// so the replica and its metrics stay the same while the memory manager changes.
+///
+/// Contract, for every policy:
+/// - admit() either takes a request in with its whole prompt backed (`admitted`, with the
+///   leading tokens it serves from a prefix cache in `hit_tokens`) or changes nothing; not
+///   admitted means "no memory now": the replica keeps the request waiting, or rejects it when
+///   nothing else holds memory.
+/// - grow() backs `tokens` more tokens of an admitted request, or returns false and changes
+///   nothing; the replica then preempts and retries.
+/// - release() ends an admitted request: `finished` may keep its prefix for reuse, `preempted`
+///   drops it (the request comes back later through admit()).
+/// - Ids are the caller's and unique among admitted requests. Misuse (unknown id, growth past
+///   max_tokens) throws std::invalid_argument.
+/// - stats() is cheap (no walk) and may be called after every step; vmm_time_ns() cheaper still.
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/vmm_backend.hpp"
+#include "core/ids.hpp"
+
+namespace vtensor::sim {
+
+/// A request as memory sees it.
+struct kv_request {
+  request_id id;                        ///< unique among admitted requests
+  std::span<const token_block> blocks;  ///< prefix identity of the prompt's leading tokens (may be empty)
+  std::uint64_t prompt_tokens = 0;      ///< tokens to back now, at least 1
+  std::uint64_t max_tokens = 0;         ///< tokens it may grow to (prompt + output)
+};
+
+/// Outcome of admit().
+struct [[nodiscard]] kv_admit_result {
+  bool admitted = false;         ///< false: no memory, nothing changed
+  std::uint64_t hit_tokens = 0;  ///< leading prompt tokens whose KV came from the cache (not computed)
+  std::uint64_t cow_bytes = 0;   ///< bytes copied to admit it
+};
+
+/// Why a request leaves.
+enum class release_reason : std::uint8_t {
+  finished,   ///< done; its prefix may be kept for reuse
+  preempted,  ///< dropped to free memory; it will be admitted again and recomputed
+};
+
+/// A snapshot of memory. Definitions: ../shared/DESIGN.md, "Metrics".
+struct kv_stats {
+  std::uint64_t physical_bytes = 0;     ///< device memory held by the policy
+  std::uint64_t mapped_bytes = 0;       ///< of which backing live requests
+  std::uint64_t used_bytes = 0;         ///< of which holding valid KV (shared once)
+  std::uint64_t cached_bytes = 0;       ///< held only for prefix reuse
+  std::uint64_t logical_bytes = 0;      ///< live requests' tokens x bytes per token
+  std::uint64_t prompt_tokens = 0;      ///< prompt tokens admitted (re-admissions included)
+  std::uint64_t prefix_hit_tokens = 0;  ///< of which served from the cache
+  std::uint64_t cow_bytes = 0;          ///< bytes copied for sharing
+  std::uint64_t evictions = 0;          ///< cache entries evicted
+  vmm_counters vmm;                     ///< VMM calls and charged time per kind (zero if none)
+
+  /// 1 - used / mapped (0 when nothing is mapped).
+  [[nodiscard]] double internal_fragmentation() const {
+    return mapped_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(used_bytes) / static_cast<double>(mapped_bytes);
+  }
+  /// 1 - used / logical (0 when nothing is live).
+  [[nodiscard]] double sharing_saving() const {
+    return logical_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(used_bytes) / static_cast<double>(logical_bytes);
+  }
+};
+
+/// The interface. Public non-virtual entry points over private hooks.
+class kv_policy {
+ public:
+  virtual ~kv_policy() = default;
+  kv_policy() = default;
+  kv_policy(const kv_policy&) = delete;
+  kv_policy& operator=(const kv_policy&) = delete;
+
+  /// Admits `r` or changes nothing (see the contract above).
+  [[nodiscard]] kv_admit_result admit(const kv_request& r) { return do_admit(r); }
+  /// Backs `tokens` more tokens of `id`; false: no memory, nothing changed.
+  [[nodiscard]] bool grow(request_id id, std::uint64_t tokens) { return do_grow(id, tokens); }
+  /// Ends `id`.
+  void release(request_id id, release_reason why) { do_release(id, why); }
+  /// Memory now.
+  [[nodiscard]] kv_stats stats() const { return do_stats(); }
+  /// Simulated VMM time charged so far, nanoseconds (0 for policies without VMM calls).
+  [[nodiscard]] std::uint64_t vmm_time_ns() const { return do_vmm_time_ns(); }
+  /// Lookahead: true when the policy maps ahead of need, so that growth's VMM work is done off
+  /// the step's critical path (Note [VMM time on the critical path] in replica.hpp).
+  [[nodiscard]] bool maps_ahead() const { return do_maps_ahead(); }
+  /// Registry name, e.g. "vtensor".
+  [[nodiscard]] std::string name() const { return do_name(); }
+  /// The options in effect, for the replay's "config".
+  [[nodiscard]] nlohmann::ordered_json describe() const { return do_describe(); }
+  /// Throws std::logic_error when the policy's structures disagree.
+  void check_invariants() const { do_check_invariants(); }
+
+ private:
+  virtual kv_admit_result do_admit(const kv_request& r) = 0;
+  virtual bool do_grow(request_id id, std::uint64_t tokens) = 0;
+  virtual void do_release(request_id id, release_reason why) = 0;
+  [[nodiscard]] virtual kv_stats do_stats() const = 0;
+  [[nodiscard]] virtual std::uint64_t do_vmm_time_ns() const { return 0; }
+  [[nodiscard]] virtual bool do_maps_ahead() const { return false; }
+  [[nodiscard]] virtual std::string do_name() const = 0;
+  [[nodiscard]] virtual nlohmann::ordered_json do_describe() const = 0;
+  virtual void do_check_invariants() const {}
+};
+
+}  // namespace vtensor::sim

@@ -1,0 +1,37 @@
+#pragma once
+/// KV policies chosen at run time by name, from one set of options that each policy reads what
+/// it understands of (as backends/registry does for backends).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/kv_geometry.hpp"
+#include "core/scheduler.hpp"
+#include "sim/kv_policy.hpp"
+
+namespace vtensor::sim {
+
+/// Everything any policy may need.
+struct kv_policy_options {
+  model_spec kv;                          ///< KV shape on one GPU (kv heads divided by tp)
+  std::uint64_t memory_bytes = 0;         ///< KV memory budget; UINT64_MAX for unlimited
+  std::uint64_t max_context_tokens = 131072;  ///< longest request
+  std::string backend = "sim";            ///< VMM backend name (vtensor)
+  std::string calibration_file;           ///< sim backend latencies; empty: built-in H200
+  bool zero_latency = false;              ///< sim backend charges nothing
+  kv_layout layout = kv_layout::kv_fused;  ///< vtensor tensor layout
+  std::uint32_t lookahead_pages = 0;      ///< vtensor pages mapped ahead
+  std::string eviction = "lru";           ///< vtensor prefix-cache eviction policy
+  partial_page_policy partial = partial_page_policy::cow;  ///< vtensor partial prefix page
+};
+
+/// Builds policy `name`. Throws std::invalid_argument for an unknown name (the message lists
+/// the known ones) or what the policy's constructor throws.
+[[nodiscard]] std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy_options& options);
+/// Names of the policies, "vtensor" first.
+[[nodiscard]] std::vector<std::string> kv_policy_names();
+
+}  // namespace vtensor::sim

@@ -1,0 +1,198 @@
+#include "sim/replay.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace vtensor::sim {
+
+replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const replay_config& config,
+                          std::span<replica_observer* const> observers) {
+  if (!(config.time_scale > 0) || !std::isfinite(config.time_scale)) {
+    throw std::invalid_argument(fmt::format("time scale must be a positive number, not {}", config.time_scale));
+  }
+  const auto wall_start = std::chrono::steady_clock::now();
+  const auto wall = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  };
+  event_queue queue;
+  replica rep(queue, policy, config.model, config.gpu, config.replica);
+  for (replica_observer* o : observers) rep.add_observer(*o);
+
+  const auto scaled = [&](std::uint64_t arrival_us) {
+    return static_cast<time_us>(std::llround(static_cast<double>(arrival_us) * config.time_scale));
+  };
+  traces::trace_request next;
+  std::uint64_t read = 0;
+  const auto read_next = [&] {
+    if (config.max_requests != 0 && read >= config.max_requests) return false;
+    if (!reader.next(next)) return false;
+    ++read;
+    return true;
+  };
+  std::function<void()> arrive = [&] {
+    const time_us now = queue.now();
+    bool more = true;
+    do {
+      rep.submit(next, read - 1);
+      more = read_next();
+    } while (more && scaled(next.arrival_us) == now);
+    rep.kick();
+    if (more) queue.schedule_at(scaled(next.arrival_us), arrive);
+  };
+  if (read_next()) queue.schedule_at(scaled(next.arrival_us), arrive);
+
+  double last_progress = 0;
+  std::uint64_t events = 0;
+  while (!queue.empty()) {
+    events += queue.run_until(std::numeric_limits<time_us>::max(), 4096);
+    if (config.progress) {
+      const double w = wall();
+      if (w - last_progress >= 0.5) {
+        last_progress = w;
+        config.progress({queue.now(), rep.counters().submitted, rep.counters().completed, w});
+      }
+    }
+  }
+  if (!rep.drained()) throw std::logic_error("replay ended with requests still in the replica");
+  rep.close();
+  policy.check_invariants();
+
+  replay_summary s;
+  s.counters = rep.counters();
+  s.final_memory = policy.stats();
+  const state_tracker& t = rep.tracker();
+  s.peak = t.peak();
+  s.mean_internal_fragmentation = t.mean_internal_fragmentation();
+  s.mean_sharing_saving = t.mean_sharing_saving();
+  s.mean_physical_bytes = t.mean_physical_bytes();
+  s.mean_mapped_bytes = t.mean_mapped_bytes();
+  s.mean_used_bytes = t.mean_used_bytes();
+  s.mean_running = t.mean_running();
+  s.mean_waiting = t.mean_waiting();
+  s.ttft = summarize_latencies(rep.ttft_us());
+  s.tpot = summarize_latencies(rep.tpot_us());
+  s.e2e = summarize_latencies(rep.e2e_us());
+  s.simulated_seconds = static_cast<double>(queue.now()) / 1e6;
+  s.events = events;
+  s.wall_seconds = wall();
+  return s;
+}
+
+namespace {
+
+nlohmann::ordered_json latency_json(const latency_summary& l) {
+  return {{"p50", l.p50}, {"p90", l.p90}, {"p99", l.p99}, {"mean", l.mean}, {"count", l.count}};
+}
+
+double per_second(double value, double seconds) { return seconds > 0 ? value / seconds : 0.0; }
+
+}  // namespace
+
+nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ordered_json& config, std::uint64_t seed,
+                                    bool with_wall) {
+  const replica_counters& c = s.counters;
+  nlohmann::ordered_json vmm_calls = nlohmann::ordered_json::object();
+  nlohmann::ordered_json vmm_time = nlohmann::ordered_json::object();
+  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
+    const std::string kind(to_string(static_cast<vmm_call>(k)));
+    vmm_calls[kind] = s.final_memory.vmm.calls[k];
+    vmm_time[kind] = static_cast<double>(s.final_memory.vmm.time_ns[k]) / 1000.0;
+  }
+  nlohmann::ordered_json j;
+  j["requests"] = c.submitted;
+  j["completed"] = c.completed;
+  j["rejected"] = c.rejected_context + c.rejected_memory;
+  j["rejected_context"] = c.rejected_context;
+  j["rejected_memory"] = c.rejected_memory;
+  j["truncated"] = c.truncated;
+  j["preemptions"] = c.preemptions;
+  j["prompt_tokens"] = c.prompt_tokens;
+  j["output_tokens"] = c.output_tokens;
+  j["prefix_hit_tokens"] = c.hit_tokens;
+  j["prefix_hit_rate"] = c.prompt_tokens == 0 ? 0.0
+                                               : static_cast<double>(c.hit_tokens) / static_cast<double>(c.prompt_tokens);
+  j["prefill_tokens"] = c.prefill_tokens;
+  j["recomputed_tokens"] = c.recomputed_tokens;
+  j["peak_physical_bytes"] = s.peak.physical_bytes;
+  j["peak_mapped_bytes"] = s.peak.mapped_bytes;
+  j["peak_used_bytes"] = s.peak.used_bytes;
+  j["peak_cached_bytes"] = s.peak.cached_bytes;
+  j["mean_physical_bytes"] = s.mean_physical_bytes;
+  j["mean_mapped_bytes"] = s.mean_mapped_bytes;
+  j["mean_used_bytes"] = s.mean_used_bytes;
+  j["mean_internal_fragmentation"] = s.mean_internal_fragmentation;
+  j["peak_internal_fragmentation"] = s.peak.internal_fragmentation;
+  j["mean_sharing_saving"] = s.mean_sharing_saving;
+  j["final_physical_bytes"] = s.final_memory.physical_bytes;
+  j["final_cached_bytes"] = s.final_memory.cached_bytes;
+  j["evictions"] = s.final_memory.evictions;
+  j["cow_bytes"] = c.cow_bytes;
+  j["vmm_calls"] = vmm_calls;
+  j["vmm_time_us_by_call"] = vmm_time;
+  j["vmm_time_us"] = static_cast<double>(s.final_memory.vmm.total_time_ns()) / 1000.0;
+  j["vmm_critical_time_us"] = static_cast<double>(c.vmm_critical_ns) / 1000.0;
+  j["ttft_ms"] = latency_json(s.ttft);
+  j["tpot_ms"] = latency_json(s.tpot);
+  j["e2e_ms"] = latency_json(s.e2e);
+  j["throughput_tokens_per_s"] = per_second(static_cast<double>(c.output_tokens), s.simulated_seconds);
+  j["prefill_tokens_per_s"] = per_second(static_cast<double>(c.prefill_tokens), s.simulated_seconds);
+  j["steps"] = c.steps;
+  j["compute_bound_steps"] = c.compute_bound_steps;
+  j["busy_fraction"] = per_second(static_cast<double>(c.busy_us) / 1e6, s.simulated_seconds);
+  j["mean_running"] = s.mean_running;
+  j["peak_running"] = s.peak.running;
+  j["mean_waiting"] = s.mean_waiting;
+  j["peak_waiting"] = s.peak.waiting;
+  j["simulated_seconds"] = s.simulated_seconds;
+  j["events"] = s.events;
+  if (with_wall) j["wall_seconds"] = s.wall_seconds;
+  j["seed"] = seed;
+  j["config"] = config;
+  return j;
+}
+
+std::uint64_t parse_byte_size(std::string_view text) {
+  if (text == "unlimited") return std::numeric_limits<std::uint64_t>::max();
+  const auto bad = [&](std::string_view why) {
+    return std::invalid_argument(fmt::format("bad size '{}': {} (e.g. 80GiB, 500MiB, 1e9, unlimited)", text, why));
+  };
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || text[i] == '.' ||
+                             text[i] == 'e' || text[i] == 'E' || text[i] == '+')) {
+    if ((text[i] == 'e' || text[i] == 'E') && i + 1 < text.size() && std::isalpha(static_cast<unsigned char>(text[i + 1])) != 0) break;
+    ++i;
+  }
+  if (i == 0) throw bad("no number");
+  double value = 0;
+  try {
+    std::size_t used = 0;
+    value = std::stod(std::string(text.substr(0, i)), &used);
+    if (used != i) throw bad("not a number");
+  } catch (const std::logic_error&) {
+    throw bad("not a number");
+  }
+  std::string_view unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  struct suffix {
+    std::string_view name;
+    double factor;
+  };
+  constexpr std::array<suffix, 10> units{{{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+                                          {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                                          {"TiB", 1099511627776.0}}};
+  for (const auto& u : units) {
+    if (u.name == unit) {
+      const double bytes = value * u.factor;
+      if (!(bytes >= 0) || bytes >= 1.8e19) throw bad("out of range");
+      return static_cast<std::uint64_t>(bytes);
+    }
+  }
+  throw bad(fmt::format("unknown unit '{}'", unit));
+}
+
+}  // namespace vtensor::sim

@@ -1,0 +1,79 @@
+#pragma once
+/// A whole replay: a trace streamed into a replica through arrival events, run to the end, and
+/// summarised. The trace is read one request ahead (constant memory in the trace's length);
+/// requests arriving at the same instant are submitted together so they can share a step.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/kv_policy.hpp"
+#include "sim/metrics.hpp"
+#include "sim/presets.hpp"
+#include "sim/replica.hpp"
+#include "traces/trace_reader.hpp"
+
+namespace vtensor::sim {
+
+/// Where a replay stands, for a progress line.
+struct replay_progress {
+  time_us now = 0;               ///< simulated time
+  std::uint64_t submitted = 0;   ///< requests arrived
+  std::uint64_t completed = 0;   ///< finished
+  double wall_seconds = 0;       ///< since the start
+};
+
+/// How to replay (the policy is built by the caller).
+struct replay_config {
+  double time_scale = 1.0;          ///< arrival_us * time_scale
+  std::uint64_t max_requests = 0;   ///< 0: the whole trace
+  model_compute model;              ///< model on one GPU of the replica
+  gpu_preset gpu;                   ///< the GPU
+  replica_config replica;           ///< batching and cost
+  std::function<void(const replay_progress&)> progress;  ///< called about twice a second, if set
+};
+
+/// The summary of a replay (keys of summary_json()).
+struct replay_summary {
+  replica_counters counters;      ///< the replica's totals
+  kv_stats final_memory;          ///< the policy's state at the end
+  replica_state peak;             ///< peaks over the replay
+  double mean_internal_fragmentation = 0;  ///< over the time something was mapped
+  double mean_sharing_saving = 0;          ///< over the time some request was live
+  double mean_physical_bytes = 0;          ///< time-weighted
+  double mean_mapped_bytes = 0;            ///< time-weighted
+  double mean_used_bytes = 0;              ///< time-weighted
+  double mean_running = 0;                 ///< time-weighted
+  double mean_waiting = 0;                 ///< time-weighted
+  latency_summary ttft, tpot, e2e;         ///< milliseconds
+  double simulated_seconds = 0;            ///< end of the last step
+  double wall_seconds = 0;                 ///< host time of the replay
+  std::uint64_t events = 0;                ///< events run
+};
+
+/// Replays `reader` into `policy` and checks the policy's invariants at the end (throws
+/// std::logic_error when broken). Throws trace_error on bad trace input, std::invalid_argument
+/// on bad settings.
+[[nodiscard]] replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const replay_config& config,
+                                        std::span<replica_observer* const> observers = {});
+
+/// The summary with stable keys (../shared/DESIGN.md "Outputs"): requests, completed, rejected,
+/// preemptions, prompt_tokens, output_tokens, prefix_hit_rate, peak_physical_bytes,
+/// peak_mapped_bytes, mean_internal_fragmentation, peak_internal_fragmentation,
+/// mean_sharing_saving, cow_bytes, vmm_calls, vmm_time_us, ttft_ms, tpot_ms, e2e_ms,
+/// throughput_tokens_per_s, simulated_seconds, wall_seconds (omitted when `with_wall` is false,
+/// so that two runs compare byte for byte), and more; `config` is inserted as given, then `seed`.
+[[nodiscard]] nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ordered_json& config,
+                                                  std::uint64_t seed, bool with_wall = true);
+
+/// Parses a byte size: an integer or decimal number with an optional unit (B, KB, MB, GB, TB
+/// in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024), or "unlimited" (UINT64_MAX).
+/// Throws std::invalid_argument naming the text.
+[[nodiscard]] std::uint64_t parse_byte_size(std::string_view text);
+
+}  // namespace vtensor::sim

@@ -1,0 +1,333 @@
+#include "sim/replica.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace vtensor::sim {
+
+std::string_view to_string(over_context_policy p) {
+  return p == over_context_policy::reject ? "reject" : "truncate";
+}
+
+std::optional<over_context_policy> over_context_policy_from_string(std::string_view name) {
+  if (name == "reject") return over_context_policy::reject;
+  if (name == "truncate") return over_context_policy::truncate;
+  return std::nullopt;
+}
+
+/// A request inside the replica.
+struct replica::live_request {
+  std::uint64_t id = 0;
+  std::uint64_t line = 0;
+  time_us arrival = 0;
+  time_us first_token = 0;
+  std::uint32_t prompt = 0;          // prompt tokens (after truncation)
+  std::uint32_t output = 0;          // tokens to generate
+  std::vector<token_block> blocks;   // prefix identity
+  std::uint32_t generated = 0;       // tokens generated so far
+  std::uint64_t kv_tokens = 0;       // tokens whose KV is computed (cache hits included)
+  std::uint64_t prefill_target = 0;  // kv_tokens when the current prefill is done
+  std::uint64_t first_hit = 0;       // hit at first admission
+  std::uint32_t preemptions = 0;
+  bool admitted_before = false;
+  bool truncated = false;
+  bool has_first_token = false;
+
+  [[nodiscard]] bool decoding() const { return kv_tokens >= prefill_target; }
+};
+
+replica::replica(event_queue& queue, kv_policy& policy, model_compute model, gpu_preset gpu, replica_config config)
+    : queue_(queue),
+      policy_(policy),
+      model_(std::move(model)),
+      gpu_(std::move(gpu)),
+      config_(config),
+      tracker_(config.sample_interval_us, [this](const replica_state& s) {
+        for (auto* o : observers_) o->on_sample(s);
+      }) {
+  if (config_.token_budget == 0) throw std::invalid_argument("token budget must be at least 1");
+  if (config_.max_running == 0) throw std::invalid_argument("max running requests must be at least 1");
+}
+
+replica::~replica() = default;
+
+void replica::emit(const request_record& rec) {
+  for (auto* o : observers_) o->on_request(rec);
+}
+
+void replica::submit(const traces::trace_request& t, std::uint64_t id) {
+  ++counters_.submitted;
+  auto r = std::make_unique<live_request>();
+  r->id = id;
+  r->line = t.line;
+  r->arrival = queue_.now();
+  r->prompt = t.input_tokens;
+  r->output = t.output_tokens;
+  if (std::uint64_t{t.input_tokens} + t.output_tokens > config_.max_context_tokens) {
+    if (config_.over_context == over_context_policy::reject || t.output_tokens >= config_.max_context_tokens) {
+      ++counters_.rejected_context;
+      reject(std::move(r), "context");
+      return;
+    }
+    r->prompt = static_cast<std::uint32_t>(config_.max_context_tokens - t.output_tokens);
+    r->truncated = true;
+    ++counters_.truncated;
+  }
+  // Block keys covering the (possibly truncated) prompt; the last may be partial.
+  std::uint64_t covered = 0;
+  r->blocks.reserve(t.block_keys.size());
+  for (std::size_t i = 0; i < t.block_keys.size() && covered < r->prompt; ++i) {
+    const auto tokens = static_cast<std::uint32_t>(std::min<std::uint64_t>(t.tokens_in_block(i), r->prompt - covered));
+    r->blocks.push_back(token_block{t.block_keys[i], tokens});
+    covered += tokens;
+  }
+  waiting_.push_back(std::move(r));
+}
+
+void replica::reject(std::unique_ptr<live_request> r, std::string_view why) {
+  if (why == "memory") ++counters_.rejected_memory;
+  request_record rec;
+  rec.id = r->id;
+  rec.trace_line = r->line;
+  rec.arrival = r->arrival;
+  rec.finish = queue_.now();
+  rec.prompt_tokens = r->prompt;
+  rec.truncated = r->truncated;
+  rec.rejected = why;
+  emit(rec);
+}
+
+void replica::kick() {
+  if (!in_step_ && (!running_.empty() || !waiting_.empty())) start_step();
+}
+
+bool replica::drained() const { return !in_step_ && running_.empty() && waiting_.empty(); }
+
+void replica::observe() {
+  const kv_stats s = policy_.stats();
+  replica_state st;
+  st.at = queue_.now();
+  st.physical_bytes = s.physical_bytes;
+  st.mapped_bytes = s.mapped_bytes;
+  st.used_bytes = s.used_bytes;
+  st.cached_bytes = s.cached_bytes;
+  st.logical_bytes = s.logical_bytes;
+  st.internal_fragmentation = s.internal_fragmentation();
+  st.sharing_saving = s.sharing_saving();
+  st.running = static_cast<std::uint32_t>(running_.size());
+  st.waiting = static_cast<std::uint32_t>(waiting_.size());
+  tracker_.observe(st);
+}
+
+void replica::close() { tracker_.close(queue_.now()); }
+
+void replica::preempt(live_request& r) {
+  policy_.release(request_id{r.id}, release_reason::preempted);
+  ++r.preemptions;
+  ++counters_.preemptions;
+  ++step_preempted_;
+  // Resume: recompute prompt + generated tokens (the last generated one is the next input).
+  r.kv_tokens = 0;
+  r.prefill_target = 0;
+}
+
+// Grows running_[index] by one token, preempting from the back on failure. Returns false when
+// running_[index] itself was preempted (it was the most recent).
+bool replica::decode_grow(std::size_t index) {
+  live_request& r = *running_[index];
+  while (!policy_.grow(request_id{r.id}, 1)) {
+    std::unique_ptr<live_request> victim = std::move(running_.back());
+    running_.pop_back();
+    preempt(*victim);
+    const bool self = victim.get() == &r;
+    waiting_.push_front(std::move(victim));
+    if (self) return false;
+  }
+  return true;
+}
+
+void replica::take_prefill(live_request& r, std::uint32_t& budget, bool& any_prefill) {
+  const std::uint64_t left = r.prefill_target - r.kv_tokens;
+  if (left == 0 || budget == 0) return;
+  std::uint64_t take = 0;
+  if (config_.chunked_prefill) {
+    take = std::min<std::uint64_t>(left, budget);
+  } else if (left <= budget || !any_prefill) {
+    take = left;
+  } else {
+    return;
+  }
+  budget -= static_cast<std::uint32_t>(std::min<std::uint64_t>(take, budget));
+  any_prefill = true;
+  batch_.push_back({&r, take, false});
+}
+
+void replica::admit_waiting(std::uint32_t& budget) {
+  bool any_prefill = std::any_of(batch_.begin(), batch_.end(), [](const batch_entry& e) { return !e.decode; });
+  while (!waiting_.empty() && running_.size() < config_.max_running && budget > 0) {
+    live_request& r = *waiting_.front();
+    const std::uint64_t target = std::uint64_t{r.prompt} + r.generated;
+    const std::uint64_t max_tokens = std::max(target, std::uint64_t{r.prompt} + r.output);
+    const kv_admit_result a = policy_.admit({request_id{r.id}, r.blocks, target, max_tokens});
+    if (!a.admitted) {
+      if (running_.empty()) {
+        auto rejected = std::move(waiting_.front());
+        waiting_.pop_front();
+        reject(std::move(rejected), "memory");
+        continue;
+      }
+      break;
+    }
+    if (!r.admitted_before) {
+      r.admitted_before = true;
+      r.first_hit = a.hit_tokens;
+      counters_.prompt_tokens += r.prompt;
+      counters_.hit_tokens += a.hit_tokens;
+    }
+    counters_.cow_bytes += a.cow_bytes;
+    r.kv_tokens = std::min(a.hit_tokens, target - 1);  // at least one token is computed
+    r.prefill_target = target;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    const std::size_t before = batch_.size();
+    take_prefill(*running_.back(), budget, any_prefill);
+    if (batch_.size() == before) break;  // an unchunked prefill that does not fit: next step
+  }
+}
+
+void replica::start_step() {
+  in_step_ = true;
+  batch_.clear();
+  step_preempted_ = 0;
+  const std::uint64_t vmm_start = policy_.vmm_time_ns();
+  std::uint32_t budget = config_.token_budget;
+
+  // 1. Decode: one token for each running request past its prefill, oldest first.
+  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    if (!running_[i]->decoding()) continue;
+    if (!decode_grow(i)) break;  // it was the newest: nothing after it is left
+    batch_.push_back({running_[i].get(), 1, true});
+    --budget;
+  }
+  const std::uint64_t vmm_after_grow = policy_.vmm_time_ns();
+  // 2. Prefill left over from earlier steps.
+  bool any_prefill = false;
+  for (auto& r : running_) {
+    if (!r->decoding()) take_prefill(*r, budget, any_prefill);
+  }
+  // 3. Admission.
+  const std::size_t running_before = running_.size();
+  admit_waiting(budget);
+  const auto admitted = static_cast<std::uint32_t>(running_.size() - running_before);
+  const std::uint64_t vmm_end = policy_.vmm_time_ns();
+
+  if (batch_.empty()) {  // nothing could run (everything waiting was rejected)
+    in_step_ = false;
+    observe();
+    return;
+  }
+
+  step_work work;
+  step_record rec;
+  for (const batch_entry& e : batch_) {
+    work.add_sequence(e.r->kv_tokens, e.tokens);
+    if (e.decode) {
+      ++rec.decode_seqs;
+    } else {
+      ++rec.prefill_seqs;
+      rec.prefill_tokens += e.tokens;
+    }
+  }
+  const step_cost cost = roofline(model_, gpu_, work, config_.step_overhead_s);
+  const std::uint64_t admit_ns = vmm_end - vmm_after_grow;
+  const std::uint64_t grow_ns = vmm_after_grow - vmm_start;
+  const std::uint64_t critical_ns = policy_.maps_ahead() ? admit_ns : admit_ns + grow_ns + pending_release_ns_;
+  const auto duration = static_cast<time_us>(std::ceil(cost.total_s() * 1e6)) + (critical_ns + 999) / 1000;
+
+  rec.index = counters_.steps;
+  rec.start = queue_.now();
+  rec.duration_us = std::max<time_us>(duration, 1);
+  rec.admitted = admitted;
+  rec.preempted = step_preempted_;
+  rec.compute_us = cost.compute_s * 1e6;
+  rec.memory_us = cost.memory_s * 1e6;
+  rec.vmm_critical_ns = critical_ns;
+  rec.vmm_total_ns = vmm_end - vmm_start + pending_release_ns_;
+  rec.running = static_cast<std::uint32_t>(running_.size());
+  rec.waiting = static_cast<std::uint32_t>(waiting_.size());
+  pending_release_ns_ = 0;
+
+  ++counters_.steps;
+  counters_.busy_us += rec.duration_us;
+  counters_.vmm_critical_ns += critical_ns;
+  if (cost.compute_bound()) counters_.compute_bound_steps += 1;
+  counters_.prefill_tokens += rec.prefill_tokens;
+  for (auto* o : observers_) o->on_step(rec);
+  observe();
+  queue_.schedule_in(rec.duration_us, [this] { end_step(); });
+}
+
+void replica::finish(live_request& r) {
+  const std::uint64_t before = policy_.vmm_time_ns();
+  policy_.release(request_id{r.id}, release_reason::finished);
+  pending_release_ns_ += policy_.vmm_time_ns() - before;
+  ++counters_.completed;
+  const time_us now = queue_.now();
+  ttft_us_.push_back(r.first_token - r.arrival);
+  e2e_us_.push_back(now - r.arrival);
+  if (r.output >= 2) tpot_us_.push_back((now - r.first_token) / (r.output - 1));
+  request_record rec;
+  rec.id = r.id;
+  rec.trace_line = r.line;
+  rec.arrival = r.arrival;
+  rec.first_token = r.first_token;
+  rec.finish = now;
+  rec.prompt_tokens = r.prompt;
+  rec.output_tokens = r.generated;
+  rec.hit_tokens = r.first_hit;
+  rec.preemptions = r.preemptions;
+  rec.truncated = r.truncated;
+  emit(rec);
+}
+
+void replica::end_step() {
+  const time_us now = queue_.now();
+  bool any_done = false;
+  for (const batch_entry& e : batch_) {
+    live_request& r = *e.r;
+    if (!e.decode && r.preemptions > 0) counters_.recomputed_tokens += e.tokens;
+    r.kv_tokens += e.tokens;
+    if (!r.decoding()) continue;  // prefill continues next step
+    if (r.generated < r.output) {
+      ++r.generated;
+      ++counters_.output_tokens;
+    }
+    if (!r.has_first_token) {
+      r.has_first_token = true;
+      r.first_token = now;
+    }
+    if (r.generated >= r.output) any_done = true;
+  }
+  if (any_done) {
+    // Finish in admission order; keep the others' order.
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      live_request& r = *running_[i];
+      if (r.has_first_token && r.decoding() && r.generated >= r.output) {
+        finish(r);
+        continue;
+      }
+      if (kept != i) running_[kept] = std::move(running_[i]);
+      ++kept;
+    }
+    running_.resize(kept);
+  }
+  batch_.clear();
+  if (config_.check_every_step) policy_.check_invariants();
+  in_step_ = false;
+  observe();
+  kick();
+}
+
+}  // namespace vtensor::sim

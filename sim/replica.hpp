@@ -1,0 +1,203 @@
+#pragma once
+/// A serving replica: continuous batching over a KV policy, timed by the roofline step cost.
+///
+/// Note [Continuous batching]
+/// Requests wait in arrival order (FCFS). Whenever the replica is idle and has work it runs a
+/// step, built in this order within a budget of `token_budget` tokens and `max_running`
+/// admitted requests:
+/// 1. every running request past its prefill decodes one token: its KV grows by one token
+///    (grow()); when memory runs out, the most recently admitted running request is preempted
+///    (Note [Preemption by recompute]) and the growth retried;
+/// 2. running requests with prefill left take prefill tokens, oldest first;
+/// 3. waiting requests are admitted from the head of the queue while the budget and the running
+///    limit allow: admit() backs the whole prompt at once and reports the prefix-cache hit, whose
+///    tokens are not computed; an admission that finds no memory ends admission for this step
+///    (the request stays at the head), or, when nothing is running to free memory, rejects it.
+/// With chunked prefill a prefill takes whatever budget is left and continues next step;
+/// without, a prefill runs whole, over budget only when it is the step's first prefill.
+/// At the end of the step every sequence whose prefill completed emits its first token (TTFT)
+/// and every decoding one its next; those that reached their output length finish (release()).
+///
+/// Note [Preemption by recompute]
+/// A preempted request releases its memory (its prefix stays cached if the policy keeps it),
+/// goes back to the head of the waiting queue and, when admitted again, recomputes its prompt
+/// plus the tokens generated so far (minus what the cache still holds) in one prefill that then
+/// emits its next token. Its TTFT stays that of its first token. The summary's prefix hit rate
+/// counts each request's first admission only, so recomputation does not inflate it.
+///
+/// Note [VMM time on the critical path]
+/// The simulated device charges every VMM call its measured cost. A step's duration is its
+/// roofline cost plus the VMM time that the step waits for:
+/// - without lookahead (synchronous mapping) all VMM time charged since the previous step began
+///   building: admissions (create: reserve, map, set access), growth (extend), and releases
+///   (finish, preempt: unmap) done at the previous step's end;
+/// - with lookahead (the policy maps pages ahead of need), growth and releases are assumed done
+///   by a background worker between steps and only admissions count: a new request's prompt must
+///   be mapped before its prefill runs.
+///
+/// Note [Requests longer than the context]
+/// A request needs prompt + output tokens of context. Beyond `max_context_tokens`, `reject`
+/// counts it rejected and skips it; `truncate` keeps the prompt's first max_context - output
+/// tokens (and the block keys covering them), or rejects when the output alone does not fit.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "sim/event_queue.hpp"
+#include "sim/kv_policy.hpp"
+#include "sim/metrics.hpp"
+#include "sim/presets.hpp"
+#include "traces/trace_request.hpp"
+
+namespace vtensor::sim {
+
+/// What to do with a request longer than the context (Note [Requests longer than the context]).
+enum class over_context_policy : std::uint8_t { reject, truncate };
+[[nodiscard]] std::string_view to_string(over_context_policy p);
+[[nodiscard]] std::optional<over_context_policy> over_context_policy_from_string(std::string_view name);
+
+/// Batching and cost settings of a replica.
+struct replica_config {
+  std::uint32_t token_budget = 8192;        ///< tokens computed per step at most (decode + prefill)
+  std::uint32_t max_running = 256;          ///< admitted requests at most
+  bool chunked_prefill = true;              ///< split prefills across steps
+  std::uint64_t max_context_tokens = 131072;  ///< prompt + output at most
+  over_context_policy over_context = over_context_policy::reject;  ///< longer requests
+  double step_overhead_s = k_default_step_overhead_s;  ///< fixed cost per step
+  time_us sample_interval_us = 1'000'000;   ///< state sample grid (0: none)
+  bool check_every_step = false;            ///< check_invariants() after each step (debug)
+};
+
+/// One step, as the observers see it.
+struct step_record {
+  std::uint64_t index = 0;           ///< 0-based
+  time_us start = 0;                 ///< when it began
+  time_us duration_us = 0;           ///< roofline + overhead + critical VMM time
+  std::uint32_t decode_seqs = 0;     ///< sequences decoding one token
+  std::uint32_t prefill_seqs = 0;    ///< sequences taking prefill tokens
+  std::uint64_t prefill_tokens = 0;  ///< prefill tokens computed
+  std::uint32_t admitted = 0;        ///< requests admitted by this step
+  std::uint32_t preempted = 0;       ///< requests preempted while building it
+  double compute_us = 0;             ///< roofline compute side
+  double memory_us = 0;              ///< roofline memory side
+  std::uint64_t vmm_critical_ns = 0;  ///< VMM time added to the step
+  std::uint64_t vmm_total_ns = 0;     ///< VMM time charged while building it (critical or not)
+  std::uint32_t running = 0;         ///< running after admission
+  std::uint32_t waiting = 0;         ///< waiting after admission
+};
+
+/// One request leaving the replica (finished or rejected).
+struct request_record {
+  std::uint64_t id = 0;              ///< ordinal in the trace
+  std::uint64_t trace_line = 0;      ///< source line
+  time_us arrival = 0;               ///< arrival (scaled)
+  time_us first_token = 0;           ///< first output token (finished only)
+  time_us finish = 0;                ///< completion or rejection
+  std::uint32_t prompt_tokens = 0;   ///< after truncation
+  std::uint32_t output_tokens = 0;   ///< generated
+  std::uint64_t hit_tokens = 0;      ///< prefix-cache hit at first admission
+  std::uint32_t preemptions = 0;     ///< times preempted
+  bool truncated = false;            ///< prompt cut to fit the context
+  std::string_view rejected;         ///< empty, "context" or "memory"
+};
+
+/// Receives what happens in a replica; all hooks default to nothing.
+class replica_observer {
+ public:
+  virtual ~replica_observer() = default;
+  virtual void on_step(const step_record&) {}        ///< after a step is built (before it runs)
+  virtual void on_request(const request_record&) {}  ///< a request finished or was rejected
+  virtual void on_sample(const replica_state&) {}    ///< the state on the sample grid
+};
+
+/// Running totals.
+struct replica_counters {
+  std::uint64_t submitted = 0;        ///< requests that arrived
+  std::uint64_t completed = 0;        ///< finished
+  std::uint64_t rejected_context = 0;  ///< longer than the context
+  std::uint64_t rejected_memory = 0;   ///< not fitting an otherwise empty memory
+  std::uint64_t truncated = 0;        ///< prompts cut to fit the context
+  std::uint64_t preemptions = 0;      ///< preemptions by recompute
+  std::uint64_t prompt_tokens = 0;    ///< prompt tokens of admitted requests (first admission)
+  std::uint64_t hit_tokens = 0;       ///< of which served from the prefix cache (first admission)
+  std::uint64_t prefill_tokens = 0;   ///< prefill tokens computed (recomputation included)
+  std::uint64_t recomputed_tokens = 0;  ///< of which by requests readmitted after a preemption
+  std::uint64_t output_tokens = 0;    ///< tokens generated
+  std::uint64_t cow_bytes = 0;        ///< bytes copied at admission
+  std::uint64_t steps = 0;            ///< steps run
+  std::uint64_t busy_us = 0;          ///< time spent in steps
+  std::uint64_t vmm_critical_ns = 0;  ///< VMM time added to steps
+  double compute_bound_steps = 0;     ///< steps bound by compute
+};
+
+/// The replica. Submissions come from outside (the replay's arrival events); steps schedule
+/// themselves on `queue`. Does not own the queue, the policy or the observers.
+class replica {
+ public:
+  replica(event_queue& queue, kv_policy& policy, model_compute model, gpu_preset gpu, replica_config config);
+  ~replica();
+  replica(const replica&) = delete;
+  replica& operator=(const replica&) = delete;
+
+  /// Adds an observer (kept by pointer).
+  void add_observer(replica_observer& o) { observers_.push_back(&o); }
+
+  /// A request arrives now (its arrival is queue.now()); `id` must be unique. Starts a step if
+  /// the replica was idle. Requests arriving at the same instant should be submitted together
+  /// before the queue runs on, so that they can share a step.
+  void submit(const traces::trace_request& r, std::uint64_t id);
+  /// Starts a step if idle and there is work (call after a batch of submit()s).
+  void kick();
+
+  /// True when nothing is running, waiting or in flight.
+  [[nodiscard]] bool drained() const;
+  [[nodiscard]] const replica_counters& counters() const { return counters_; }
+  [[nodiscard]] const state_tracker& tracker() const { return tracker_; }
+  [[nodiscard]] const replica_config& config() const { return config_; }
+  /// Latencies of finished requests, microseconds (TPOT only for outputs of 2 tokens or more).
+  [[nodiscard]] std::vector<std::uint64_t>& ttft_us() { return ttft_us_; }
+  [[nodiscard]] std::vector<std::uint64_t>& tpot_us() { return tpot_us_; }
+  [[nodiscard]] std::vector<std::uint64_t>& e2e_us() { return e2e_us_; }
+  /// Closes the state tracker at queue.now().
+  void close();
+
+ private:
+  struct live_request;
+  struct batch_entry {
+    live_request* r;
+    std::uint64_t tokens;  // computed this step
+    bool decode;
+  };
+
+  void start_step();
+  void end_step();
+  void admit_waiting(std::uint32_t& budget);
+  bool decode_grow(std::size_t index);
+  void preempt(live_request& r);
+  void finish(live_request& r);
+  void reject(std::unique_ptr<live_request> r, std::string_view why);
+  void take_prefill(live_request& r, std::uint32_t& budget, bool& any_prefill);
+  void observe();
+  void emit(const request_record& rec);
+
+  event_queue& queue_;
+  kv_policy& policy_;
+  model_compute model_;
+  gpu_preset gpu_;
+  replica_config config_;
+  std::vector<replica_observer*> observers_;
+  std::deque<std::unique_ptr<live_request>> waiting_;
+  std::vector<std::unique_ptr<live_request>> running_;  // admission order
+  std::vector<batch_entry> batch_;
+  bool in_step_ = false;
+  std::uint64_t pending_release_ns_ = 0;  // VMM time of releases since the last step was built
+  std::uint32_t step_preempted_ = 0;
+  replica_counters counters_;
+  state_tracker tracker_;
+  std::vector<std::uint64_t> ttft_us_, tpot_us_, e2e_us_;
+};
+
+}  // namespace vtensor::sim
