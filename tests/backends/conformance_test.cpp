@@ -19,10 +19,13 @@ namespace {
 
 constexpr std::uint64_t k_capacity_chunks = 8;
 
-/// Runs `body` on a fresh backend of every registered name.
+/// Runs `body` on a fresh backend of every registered name: the GPU ones (`cuda`) when `gpu`,
+/// the others when not. Without a GPU the GPU run says "GPU_SKIP", which CTest reads as skipped.
 template <typename F>
-void for_each_backend(F&& body) {
+void for_each_backend(bool gpu, F&& body) {
+  bool ran = false;
   for (const std::string& name : backend_names()) {
+    if ((name == "cuda") != gpu) continue;
     INFO("backend: " << name);
     backend_config config;
     config.capacity_bytes = k_capacity_chunks * k_chunk_bytes;
@@ -31,15 +34,17 @@ void for_each_backend(F&& body) {
     try {
       backend = make_backend(name, config);
     } catch (const cuda_unavailable& e) {
-      MESSAGE("backend " << name << " skipped: " << std::string(e.what()));  // no GPU here (CI has none)
-      continue;
+      MESSAGE("GPU_SKIP: backend " << name << ": " << std::string(e.what()));
+      return;
     }
 #else
     backend = make_backend(name, config);
 #endif
     REQUIRE(backend != nullptr);
     body(*backend);
+    ran = true;
   }
+  if (gpu && !ran) MESSAGE("GPU_SKIP: this build has no cuda backend");
 }
 
 void check_empty(const vmm_backend& b) {
@@ -51,8 +56,8 @@ void check_empty(const vmm_backend& b) {
 
 TEST_SUITE("backends") {
 
-TEST_CASE("conformance: geometry and capacity") {
-  for_each_backend([](vmm_backend& b) {
+void check_geometry_and_capacity(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
     CHECK(b.granularity_bytes() == 2 * k_mib);
     CHECK(b.chunk_bytes() == k_chunk_bytes);
     CHECK(b.capacity_chunks() == k_capacity_chunks);
@@ -60,9 +65,11 @@ TEST_CASE("conformance: geometry and capacity") {
     check_empty(b);
   });
 }
+TEST_CASE("conformance: geometry and capacity") { check_geometry_and_capacity(false); }
+TEST_CASE("conformance on cuda: geometry and capacity" * doctest::test_suite("gpu")) { check_geometry_and_capacity(true); }
 
-TEST_CASE("conformance: reserve, map, set_access, unmap and free") {
-  for_each_backend([](vmm_backend& b) {
+void check_reserve_map_set_access_unmap(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
     const device_addr base = b.reserve(64 * k_mib);
     CHECK(base != 0);
     CHECK(base % b.granularity_bytes() == 0);
@@ -93,9 +100,11 @@ TEST_CASE("conformance: reserve, map, set_access, unmap and free") {
     check_empty(b);
   });
 }
+TEST_CASE("conformance: reserve, map, set_access, unmap and free") { check_reserve_map_set_access_unmap(false); }
+TEST_CASE("conformance on cuda: reserve, map, set_access, unmap and free" * doctest::test_suite("gpu")) { check_reserve_map_set_access_unmap(true); }
 
-TEST_CASE("conformance: live ranges do not overlap and can be reserved again after free") {
-  for_each_backend([](vmm_backend& b) {
+void check_live_ranges_do_not_overlap(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
     std::vector<std::pair<device_addr, std::uint64_t>> ranges;
     for (const std::uint64_t bytes : {2 * k_mib, 1 * k_gib, 6 * k_mib, 64 * k_gib, 2 * k_mib}) {
       ranges.emplace_back(b.reserve(bytes), bytes);
@@ -113,9 +122,11 @@ TEST_CASE("conformance: live ranges do not overlap and can be reserved again aft
     check_empty(b);
   });
 }
+TEST_CASE("conformance: live ranges do not overlap and can be reserved again after free") { check_live_ranges_do_not_overlap(false); }
+TEST_CASE("conformance on cuda: live ranges do not overlap and can be reserved again after free" * doctest::test_suite("gpu")) { check_live_ranges_do_not_overlap(true); }
 
-TEST_CASE("conformance: one chunk mapped at two addresses") {
-  for_each_backend([](vmm_backend& b) {
+void check_one_chunk_mapped_at_two(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
     const device_addr a = b.reserve(8 * k_mib);
     const device_addr c = b.reserve(8 * k_mib);
     const auto shared = b.create_chunk();
@@ -137,9 +148,11 @@ TEST_CASE("conformance: one chunk mapped at two addresses") {
     check_empty(b);
   });
 }
+TEST_CASE("conformance: one chunk mapped at two addresses") { check_one_chunk_mapped_at_two(false); }
+TEST_CASE("conformance on cuda: one chunk mapped at two addresses" * doctest::test_suite("gpu")) { check_one_chunk_mapped_at_two(true); }
 
-TEST_CASE("conformance: out of memory returns nullopt and release makes room") {
-  for_each_backend([](vmm_backend& b) {
+void check_out_of_memory_returns_nullopt(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
     std::vector<chunk_handle> chunks;
     for (std::uint64_t i = 0; i < b.capacity_chunks(); ++i) {
       const auto h = b.create_chunk();
@@ -163,9 +176,11 @@ TEST_CASE("conformance: out of memory returns nullopt and release makes room") {
     check_empty(b);
   });
 }
+TEST_CASE("conformance: out of memory returns nullopt and release makes room") { check_out_of_memory_returns_nullopt(false); }
+TEST_CASE("conformance on cuda: out of memory returns nullopt and release makes room" * doctest::test_suite("gpu")) { check_out_of_memory_returns_nullopt(true); }
 
-TEST_CASE("conformance: alignment violations throw vmm_error naming the call") {
-  for_each_backend([](vmm_backend& b) {
+void check_alignment_violations_throw_vmm_error(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
     const device_addr base = b.reserve(8 * k_mib);
     const auto h = b.create_chunk();
     REQUIRE(h);
@@ -186,6 +201,8 @@ TEST_CASE("conformance: alignment violations throw vmm_error naming the call") {
     check_empty(b);
   });
 }
+TEST_CASE("conformance: alignment violations throw vmm_error naming the call") { check_alignment_violations_throw_vmm_error(false); }
+TEST_CASE("conformance on cuda: alignment violations throw vmm_error naming the call" * doctest::test_suite("gpu")) { check_alignment_violations_throw_vmm_error(true); }
 
 /// Fixture of the rule-violation scenarios: one live range, one freed range, two chunks.
 struct violation_setup {
@@ -252,7 +269,7 @@ void release_unknown_mapped_or_released(vmm_backend& b, const violation_setup& s
   check_vmm_error(vmm_call::release, [&] { b.release_chunk(*dead); });
 }
 
-TEST_CASE("conformance: mapping rule violations throw vmm_error naming the call") {
+void check_mapping_rule_violations_throw_vmm(bool gpu) {
   const std::pair<const char*, violation_scenario> scenarios[] = {
       {"map outside any reserved range", &map_outside_range},
       {"map onto a mapped span", &map_onto_mapped_span},
@@ -264,7 +281,7 @@ TEST_CASE("conformance: mapping rule violations throw vmm_error naming the call"
   };
   for (const auto& [what, scenario] : scenarios) {
     INFO("scenario: " << what);
-    for_each_backend([&](vmm_backend& b) {
+    for_each_backend(gpu, [&](vmm_backend& b) {
       violation_setup s;
       s.base = b.reserve(8 * k_mib);
       s.gone = b.reserve(8 * k_mib);
@@ -286,9 +303,11 @@ TEST_CASE("conformance: mapping rule violations throw vmm_error naming the call"
     });
   }
 }
+TEST_CASE("conformance: mapping rule violations throw vmm_error naming the call") { check_mapping_rule_violations_throw_vmm(false); }
+TEST_CASE("conformance on cuda: mapping rule violations throw vmm_error naming the call" * doctest::test_suite("gpu")) { check_mapping_rule_violations_throw_vmm(true); }
 
-TEST_CASE("conformance: counters count every call by kind, failed ones included") {
-  for_each_backend([](vmm_backend& b) {
+void check_counters_count_every_call_by(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
     const device_addr base = b.reserve(4 * k_mib);
     const auto h = b.create_chunk();
     REQUIRE(h);
@@ -313,6 +332,8 @@ TEST_CASE("conformance: counters count every call by kind, failed ones included"
     check_empty(b);
   });
 }
+TEST_CASE("conformance: counters count every call by kind, failed ones included") { check_counters_count_every_call_by(false); }
+TEST_CASE("conformance on cuda: counters count every call by kind, failed ones included" * doctest::test_suite("gpu")) { check_counters_count_every_call_by(true); }
 
 }  // TEST_SUITE
 

@@ -18,9 +18,13 @@ using namespace vtensor::core_testing;
 
 namespace {
 
+// Runs `body` over the GPU backends (`cuda`) when `gpu`, else over the others. Without a GPU the
+// GPU run says "GPU_SKIP", which CTest reads as skipped.
 template <class F>
-void on_every_backend(std::uint64_t capacity_bytes, F&& body) {
+void on_every_backend(bool gpu, std::uint64_t capacity_bytes, F&& body) {
+  bool ran = false;
   for (const std::string& name : backend_names()) {
+    if ((name == "cuda") != gpu) continue;
     INFO("backend: " << name);
     backend_config config;
     config.capacity_bytes = capacity_bytes;
@@ -29,8 +33,8 @@ void on_every_backend(std::uint64_t capacity_bytes, F&& body) {
     try {
       backend = make_backend(name, config);
     } catch (const cuda_unavailable& e) {
-      MESSAGE("backend " << name << " skipped: " << std::string(e.what()));
-      continue;
+      MESSAGE("GPU_SKIP: backend " << name << ": " << std::string(e.what()));
+      return;
     }
 #else
     backend = make_backend(name, config);
@@ -40,14 +44,16 @@ void on_every_backend(std::uint64_t capacity_bytes, F&& body) {
     CHECK(live.chunks == 0);
     CHECK(live.ranges == 0);
     CHECK(live.mappings == 0);
+    ran = true;
   }
+  if (gpu && !ran) MESSAGE("GPU_SKIP: this build has no cuda backend");
 }
 
 }  // namespace
 
-TEST_CASE("manager on every backend: conversation, fork, eviction, preemption, shutdown") {
+void conversation_fork_full_shutdown(bool gpu) {
   const std::uint64_t page_bytes = 32 * k_chunk_bytes;  // kv-fused Llama-3-8B
-  on_every_backend(12 * page_bytes, [&](vmm_backend& b) {
+  on_every_backend(gpu, 12 * page_bytes, [&](vmm_backend& b) {
     manager m(b, llama_config(kv_layout::kv_fused, 1));
     REQUIRE(m.create(request_id{1}, run_of_blocks(0, 4), 2100).ok());
     REQUIRE(m.extend(request_id{1}, 700) == alloc_status::ok);
@@ -77,4 +83,12 @@ TEST_CASE("manager on every backend: conversation, fork, eviction, preemption, s
                      << " calls");
     m.shutdown();
   });
+}
+
+TEST_CASE("manager on every backend: conversation, fork, eviction, preemption, shutdown") {
+  conversation_fork_full_shutdown(false);
+}
+
+TEST_CASE("manager on cuda: conversation, fork, eviction, preemption, shutdown" * doctest::test_suite("gpu")) {
+  conversation_fork_full_shutdown(true);
 }
