@@ -112,6 +112,7 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   j["truncated"] = c.truncated;
   j["preemptions"] = c.preemptions;
   j["prompt_tokens"] = c.prompt_tokens;
+  j["admitted_prompt_tokens"] = c.admitted_prompt_tokens;
   j["output_tokens"] = c.output_tokens;
   j["prefix_hit_tokens"] = c.hit_tokens;
   j["prefix_hit_rate"] = c.prompt_tokens == 0 ? 0.0

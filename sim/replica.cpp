@@ -58,6 +58,7 @@ void replica::emit(const request_record& rec) {
 
 void replica::submit(const traces::trace_request& t, std::uint64_t id) {
   ++counters_.submitted;
+  counters_.prompt_tokens += t.input_tokens;
   auto r = std::make_unique<live_request>();
   r->id = id;
   r->line = t.line;
@@ -182,7 +183,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
     if (!r.admitted_before) {
       r.admitted_before = true;
       r.first_hit = a.hit_tokens;
-      counters_.prompt_tokens += r.prompt;
+      counters_.admitted_prompt_tokens += r.prompt;
       counters_.hit_tokens += a.hit_tokens;
     }
     counters_.cow_bytes += a.cow_bytes;

@@ -23,7 +23,9 @@
 /// goes back to the head of the waiting queue and, when admitted again, recomputes its prompt
 /// plus the tokens generated so far (minus what the cache still holds) in one prefill that then
 /// emits its next token. Its TTFT stays that of its first token. The summary's prefix hit rate
-/// counts each request's first admission only, so recomputation does not inflate it.
+/// is hit tokens at each request's first admission over the prompt tokens of every request of
+/// the trace (rejected ones included), so that recomputation cannot inflate it and it compares
+/// directly with the infinite-cache bound of `vtensor inspect`.
 ///
 /// Note [VMM time on the critical path]
 /// The simulated device charges every VMM call its measured cost. A step's duration is its
@@ -121,8 +123,9 @@ struct replica_counters {
   std::uint64_t rejected_memory = 0;   ///< not fitting an otherwise empty memory
   std::uint64_t truncated = 0;        ///< prompts cut to fit the context
   std::uint64_t preemptions = 0;      ///< preemptions by recompute
-  std::uint64_t prompt_tokens = 0;    ///< prompt tokens of admitted requests (first admission)
-  std::uint64_t hit_tokens = 0;       ///< of which served from the prefix cache (first admission)
+  std::uint64_t prompt_tokens = 0;    ///< prompt tokens of every request, as in the trace
+  std::uint64_t admitted_prompt_tokens = 0;  ///< prompt tokens of admitted requests (after truncation)
+  std::uint64_t hit_tokens = 0;       ///< served from the prefix cache (first admissions only)
   std::uint64_t prefill_tokens = 0;   ///< prefill tokens computed (recomputation included)
   std::uint64_t recomputed_tokens = 0;  ///< of which by requests readmitted after a preemption
   std::uint64_t output_tokens = 0;    ///< tokens generated

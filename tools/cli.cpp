@@ -16,6 +16,7 @@ constexpr std::array subcommand_table{
                &cmd_inspect},
     subcommand{"gen-trace", "write a seeded synthetic trace in vtensor's JSONL format",
                &cmd_gen_trace},
+    subcommand{"replay", "replay a trace through the serving simulator over a KV policy", &cmd_replay},
 };
 
 void print_overview(std::ostream& out) {

@@ -76,4 +76,7 @@ parse_command_line(std::string_view name, std::string_view usage, std::string_vi
 /// `vtensor gen-trace`: writes a synthetic trace (tools/cmd_gen_trace.cpp).
 [[nodiscard]] int cmd_gen_trace(std::span<const std::string> args, const cli_streams& io);
 
+/// `vtensor replay`: replays a trace through the serving simulator (tools/cmd_replay.cpp).
+[[nodiscard]] int cmd_replay(std::span<const std::string> args, const cli_streams& io);
+
 } // namespace vtensor::tools

@@ -178,7 +178,8 @@ TEST_CASE("replica: requests beyond the context are rejected or truncated keepin
   CHECK(s.counters.rejected_context == 1);  // the output alone exceeds the context
   CHECK(s.counters.truncated == 1);
   CHECK(s.counters.completed == 2);
-  CHECK(s.counters.prompt_tokens == 1948 + 1000);
+  CHECK(s.counters.prompt_tokens == 3000 + 100 + 1000);
+  CHECK(s.counters.admitted_prompt_tokens == 1948 + 1000);
 }
 
 TEST_CASE("replica: synchronous mapping puts VMM time in the step; lookahead leaves only admissions") {
