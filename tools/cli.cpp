@@ -17,6 +17,8 @@ constexpr std::array subcommand_table{
     subcommand{"gen-trace", "write a seeded synthetic trace in vtensor's JSONL format",
                &cmd_gen_trace},
     subcommand{"replay", "replay a trace through the serving simulator over a KV policy", &cmd_replay},
+    subcommand{"validate-gpu", "check the manager on a GPU with CUDA kernels (cuda backend)", &cmd_validate_gpu},
+    subcommand{"calibrate", "measure VMM call costs on a GPU and write the sim's calibration file", &cmd_calibrate},
 };
 
 void print_overview(std::ostream& out) {

@@ -79,4 +79,10 @@ parse_command_line(std::string_view name, std::string_view usage, std::string_vi
 /// `vtensor replay`: replays a trace through the serving simulator (tools/cmd_replay.cpp).
 [[nodiscard]] int cmd_replay(std::span<const std::string> args, const cli_streams& io);
 
+/// `vtensor validate-gpu`: checks the manager on a GPU with CUDA kernels (tools/cmd_validate_gpu.cpp).
+[[nodiscard]] int cmd_validate_gpu(std::span<const std::string> args, const cli_streams& io);
+
+/// `vtensor calibrate`: measures VMM call costs on a GPU (tools/cmd_calibrate.cpp).
+[[nodiscard]] int cmd_calibrate(std::span<const std::string> args, const cli_streams& io);
+
 } // namespace vtensor::tools
