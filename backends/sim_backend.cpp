@@ -30,8 +30,6 @@ sim_backend::sim_backend(std::uint64_t capacity_bytes, latency_model model, va_w
   }
   add_free_block(window.base, window.bytes);
   free_va_bytes_ = window.bytes;
-  constexpr std::size_t k_initial_buckets = 4096;
-  mappings_.reserve(k_initial_buckets);
 }
 
 std::uint64_t sim_backend::do_capacity_bytes() const {
@@ -215,13 +213,19 @@ void sim_backend::do_map(device_addr va, chunk_handle h) {
                                 span_text(range->first, range->second.bytes)));
   }
   chunk_slot& slot = live_slot(vmm_call::map, va, h);
-  const auto [it, inserted] = mappings_.try_emplace(va, mapping{h.value, &range->second, false});
-  if (!inserted) [[unlikely]] {
-    throw vmm_error(vmm_call::map, va,
-                    fmt::format("span already mapped (chunk handle {:#x})", it->second.handle));
+  std::vector<span_state>& spans = range->second.spans;
+  const std::uint64_t index = (va - range->first) / k_chunk_bytes;
+  if (index >= spans.size()) {
+    spans.resize(std::min(range->second.bytes / k_chunk_bytes, std::max<std::uint64_t>(index + 1, 2 * spans.size())));
   }
+  span_state& span = spans[index];
+  if (span.handle != 0) [[unlikely]] {
+    throw vmm_error(vmm_call::map, va, fmt::format("span already mapped (chunk handle {:#x})", span.handle));
+  }
+  span = span_state{h.value, false};
   ++range->second.mapped_spans;
   ++slot.mapped_at;
+  ++mappings_;
   charge(vmm_call::map, cost_ns_[static_cast<std::size_t>(vmm_call::map)]);
 }
 
@@ -234,68 +238,65 @@ void sim_backend::throw_unmapped(vmm_call call, device_addr span, device_addr va
   throw vmm_error(call, span, fmt::format("{}{}", what, where));
 }
 
-void sim_backend::do_set_access(device_addr va, std::uint64_t bytes) {
-  const std::uint64_t spans = bytes / k_chunk_bytes;
-  if (spans == 1) {
-    const auto it = mappings_.find(va);
-    if (it == mappings_.end()) [[unlikely]] {
-      throw_unmapped(vmm_call::set_access, va, va, bytes);
-    }
-    it->second.accessible = true;
-  } else {
-    for (device_addr span = va; span != va + bytes; span += k_chunk_bytes) {
-      if (!mappings_.contains(span)) {
-        throw_unmapped(vmm_call::set_access, span, va, bytes);
-      }
-    }
-    for (device_addr span = va; span != va + bytes; span += k_chunk_bytes) {
-      mappings_.find(span)->second.accessible = true;
+std::span<sim_backend::span_state> sim_backend::mapped_spans(vmm_call call, device_addr va, std::uint64_t bytes,
+                                                             range_info*& range) {
+  const auto it = find_range(va);
+  if (it == ranges_.end()) [[unlikely]] {
+    throw_unmapped(call, va, va, bytes);
+  }
+  range = &it->second;
+  const std::uint64_t first = (va - it->first) / k_chunk_bytes;
+  const std::uint64_t count = bytes / k_chunk_bytes;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    if (first + i >= range->spans.size() || range->spans[first + i].handle == 0) [[unlikely]] {
+      throw_unmapped(call, va + i * k_chunk_bytes, va, bytes);
     }
   }
-  charge(vmm_call::set_access, cost_ns_[static_cast<std::size_t>(vmm_call::set_access)] * spans);
+  return std::span<span_state>(range->spans).subspan(first, count);
+}
+
+void sim_backend::do_set_access(device_addr va, std::uint64_t bytes) {
+  range_info* range = nullptr;
+  for (span_state& span : mapped_spans(vmm_call::set_access, va, bytes, range)) span.accessible = true;
+  charge(vmm_call::set_access, cost_ns_[static_cast<std::size_t>(vmm_call::set_access)] * (bytes / k_chunk_bytes));
 }
 
 void sim_backend::do_unmap(device_addr va, std::uint64_t bytes) {
-  const std::uint64_t spans = bytes / k_chunk_bytes;
-  const auto drop = [this](std::unordered_map<device_addr, mapping, span_hash>::iterator it) {
-    --it->second.range->mapped_spans;
-    --slots_[(it->second.handle & k_slot_mask) - 1].mapped_at;
-    mappings_.erase(it);
-  };
-  if (spans == 1) {
-    const auto it = mappings_.find(va);
-    if (it == mappings_.end()) [[unlikely]] {
-      throw_unmapped(vmm_call::unmap, va, va, bytes);
-    }
-    drop(it);
-  } else {
-    for (device_addr span = va; span != va + bytes; span += k_chunk_bytes) {
-      if (!mappings_.contains(span)) {
-        throw_unmapped(vmm_call::unmap, span, va, bytes);
-      }
-    }
-    for (device_addr span = va; span != va + bytes; span += k_chunk_bytes) {
-      drop(mappings_.find(span));
-    }
+  range_info* range = nullptr;
+  for (span_state& span : mapped_spans(vmm_call::unmap, va, bytes, range)) {
+    --slots_[(span.handle & k_slot_mask) - 1].mapped_at;
+    span = span_state{};
   }
-  charge(vmm_call::unmap, cost_ns_[static_cast<std::size_t>(vmm_call::unmap)] * spans);
+  range->mapped_spans -= bytes / k_chunk_bytes;
+  mappings_ -= bytes / k_chunk_bytes;
+  charge(vmm_call::unmap, cost_ns_[static_cast<std::size_t>(vmm_call::unmap)] * (bytes / k_chunk_bytes));
+}
+
+const sim_backend::span_state* sim_backend::span_at(device_addr va) const {
+  auto it = ranges_.upper_bound(va);
+  if (it == ranges_.begin()) return nullptr;
+  --it;
+  const std::uint64_t index = (va - it->first) / k_chunk_bytes;
+  if (va - it->first >= it->second.bytes || index >= it->second.spans.size()) return nullptr;
+  const span_state& span = it->second.spans[index];
+  return span.handle == 0 ? nullptr : &span;
 }
 
 bool sim_backend::accessible(device_addr va) const {
-  const auto it = mappings_.find(va - va % k_chunk_bytes);
-  return it != mappings_.end() && it->second.accessible;
+  const span_state* span = span_at(va - va % k_chunk_bytes);
+  return span != nullptr && span->accessible;
 }
 
 std::optional<chunk_handle> sim_backend::mapped_chunk(device_addr va) const {
-  const auto it = mappings_.find(va - va % k_chunk_bytes);
-  if (it == mappings_.end()) {
+  const span_state* span = span_at(va - va % k_chunk_bytes);
+  if (span == nullptr) {
     return std::nullopt;
   }
-  return chunk_handle{it->second.handle};
+  return chunk_handle{span->handle};
 }
 
 vmm_live sim_backend::do_live() const {
-  return vmm_live{ranges_.size(), live_chunks_, mappings_.size()};
+  return vmm_live{ranges_.size(), live_chunks_, mappings_};
 }
 
 void sim_backend::check_invariants() const {
@@ -329,25 +330,27 @@ void sim_backend::check_invariants() const {
       free_bytes + reserved_bytes != window_.bytes) {
     fail("free block accounting does not add up to the window");
   }
-  std::unordered_map<const range_info*, std::uint64_t> spans_per_range;
   std::vector<std::uint64_t> mappings_per_slot(slots_.size(), 0);
-  for (const auto& [va, m] : mappings_) {
-    const auto range = ranges_.find(range_of(va).value_or(std::pair{device_addr{0}, 0}).first);
-    if (range == ranges_.end() || &range->second != m.range) {
-      fail(fmt::format("mapping at {:#x} does not point at its range", va));
-    }
-    ++spans_per_range[m.range];
-    const std::uint64_t slot = (m.handle & k_slot_mask) - 1;
-    if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].generation != (m.handle >> 32)) {
-      fail(fmt::format("mapping at {:#x} holds a dead chunk handle {:#x}", va, m.handle));
-    }
-    ++mappings_per_slot[slot];
-  }
+  std::uint64_t mappings = 0;
   for (const auto& [base, info] : ranges_) {
-    const auto it = spans_per_range.find(&info);
-    if (info.mapped_spans != (it == spans_per_range.end() ? 0 : it->second)) {
+    std::uint64_t spans = 0;
+    for (std::size_t i = 0; i < info.spans.size(); ++i) {
+      const std::uint64_t handle = info.spans[i].handle;
+      if (handle == 0) continue;
+      const std::uint64_t slot = (handle & k_slot_mask) - 1;
+      if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].generation != (handle >> 32)) {
+        fail(fmt::format("mapping at {:#x} holds a dead chunk handle {:#x}", base + i * k_chunk_bytes, handle));
+      }
+      ++mappings_per_slot[slot];
+      ++spans;
+    }
+    if (info.mapped_spans != spans) {
       fail(fmt::format("range at {:#x} miscounts its mappings", base));
     }
+    mappings += spans;
+  }
+  if (mappings != mappings_) {
+    fail("mapping count drifted");
   }
   std::uint64_t live = 0;
   for (std::size_t i = 0; i < slots_.size(); ++i) {

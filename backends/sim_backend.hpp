@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -71,22 +72,20 @@ class sim_backend final : public vmm_backend {
   void check_invariants() const;
 
  private:
+  /// One chunk-sized span of a range.
+  struct span_state {
+    std::uint64_t handle = 0;        ///< chunk_handle::value of the chunk mapped here; 0: unmapped
+    bool accessible = false;         ///< set_access done since map
+  };
   struct range_info {
     std::uint64_t bytes = 0;          ///< size of the range
     std::uint64_t mapped_spans = 0;   ///< chunk-sized mappings inside it
-  };
-  struct mapping {
-    std::uint64_t handle = 0;        ///< chunk_handle::value of the chunk mapped here
-    range_info* range = nullptr;     ///< the range holding this span; stable std::map node
-    bool accessible = false;         ///< set_access done since map
+    std::vector<span_state> spans;    ///< by span index; grown on demand up to the highest mapped one
   };
   struct chunk_slot {
     std::uint32_t generation = 0;    ///< generation of the handle now or last in this slot
     bool live = false;               ///< created and not released
     std::uint64_t mapped_at = 0;     ///< number of addresses it is mapped at
-  };
-  struct span_hash {
-    std::size_t operator()(device_addr va) const noexcept { return static_cast<std::size_t>(va / k_chunk_bytes); }
   };
 
   [[nodiscard]] std::uint64_t do_capacity_bytes() const override;
@@ -100,6 +99,11 @@ class sim_backend final : public vmm_backend {
   [[nodiscard]] vmm_live do_live() const override;
 
   [[nodiscard]] std::map<device_addr, range_info>::iterator find_range(device_addr va);
+  /// The span at chunk-aligned `va`, or nullptr when no range holds it or it was never mapped.
+  [[nodiscard]] const span_state* span_at(device_addr va) const;
+  /// The spans of `[va, va + bytes)`, all mapped, or throws vmm_error for `call`.
+  [[nodiscard]] std::span<span_state> mapped_spans(vmm_call call, device_addr va, std::uint64_t bytes,
+                                                   range_info*& range);
   [[nodiscard]] chunk_slot& live_slot(vmm_call call, device_addr addr, chunk_handle h);
   [[noreturn]] void throw_unmapped(vmm_call call, device_addr span, device_addr va,
                                    std::uint64_t bytes) const;
@@ -117,7 +121,7 @@ class sim_backend final : public vmm_backend {
   std::set<std::pair<std::uint64_t, device_addr>> free_by_size_;  ///< free blocks: (bytes, base)
   std::uint64_t free_va_bytes_ = 0;
 
-  std::unordered_map<device_addr, mapping, span_hash> mappings_;  ///< by chunk-aligned va
+  std::uint64_t mappings_ = 0;           ///< chunk-sized mappings in all ranges
   std::vector<chunk_slot> slots_;        ///< indexed by handle slot, see Note [Simulated chunk handles]
   std::vector<std::uint32_t> free_slots_;  ///< released slots, reused last-in first-out
   std::uint64_t live_chunks_ = 0;

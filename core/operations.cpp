@@ -107,19 +107,21 @@ void operations::free_range(device_addr base) {
   }
 }
 
-mapping& operations::map(device_addr va, chunk_id c, request_id owner, bool shared) {
+mapping& operations::map(device_addr va, chunk_id c, request_id owner, bool shared, const mapping* before) {
   vmm([&](vmm_backend& b) { b.map(va, pset_[c].handle); });
-  return record_mapping(va, c, owner, shared);
+  return record_mapping(va, c, owner, shared, before);
 }
 
-mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job) {
+mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job,
+                                  const mapping* before) {
   job.maps.emplace_back(va, pset_[c].handle);
-  return record_mapping(va, c, owner, shared);
+  return record_mapping(va, c, owner, shared, before);
 }
 
-mapping& operations::record_mapping(device_addr va, chunk_id c, request_id owner, bool shared) {
+mapping& operations::record_mapping(device_addr va, chunk_id c, request_id owner, bool shared,
+                                    const mapping* before) {
   chunk_record& r = pset_[c];
-  mapping& m = vset_.insert(va, c, owner, shared);
+  mapping& m = vset_.insert(va, c, owner, shared, before);
   if (r.mappings.empty()) ++mapped_chunks_;
   r.mappings.push_back(m);
   pset_.add_ref(c);

@@ -71,10 +71,12 @@ class operations {
 
   // --- mapping ---
   /// Maps `c` at `va` for `owner` and records it in vSet/pSet (+1 reference). Access is not set.
-  mapping& map(device_addr va, chunk_id c, request_id owner, bool shared);
+  /// `before`: the mapping just below `va`, if the caller knows it (vSet::insert's hint).
+  mapping& map(device_addr va, chunk_id c, request_id owner, bool shared, const mapping* before = nullptr);
   /// Records a mapping of `c` at `va` now and defers the driver's map into `job` (Note [Deferred
   /// mappings] in async_mapper.hpp).
-  mapping& map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job);
+  mapping& map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job,
+                        const mapping* before = nullptr);
   /// Grants access to mapped `[va, va + bytes)`.
   void set_access(device_addr va, std::uint64_t bytes);
 
@@ -145,7 +147,7 @@ class operations {
 
  private:
   void drop_pages(std::vector<page_version>& pages);
-  mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared);
+  mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared, const mapping* before);
   void adopt_created();
   /// Runs `f(backend)` holding the backend lock (the worker calls the backend too).
   template <class F>

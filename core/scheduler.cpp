@@ -98,8 +98,9 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
     for (std::uint32_t t = 0; t < tensors; ++t) {
       for (std::uint32_t i = 0; i < pages; ++i) {
         const std::uint32_t p = first + i;
-        r.maps[std::size_t{p} * tensors + t] = &ops_.map_deferred(
-            r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count, job);
+        r.maps[std::size_t{p} * tensors + t] =
+            &ops_.map_deferred(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count,
+                               job, p > 0 ? r.maps[std::size_t{p - 1} * tensors + t] : nullptr);
       }
       job.accesses.emplace_back(r.page_addr(t, first, chunk), pages * chunk);
     }
@@ -112,7 +113,8 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
       for (std::uint32_t i = 0; i < pages; ++i) {
         const std::uint32_t p = first + i;
         r.maps[std::size_t{p} * tensors + t] =
-            &ops_.map(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count);
+            &ops_.map(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count,
+                      p > 0 ? r.maps[std::size_t{p - 1} * tensors + t] : nullptr);
       }
       ops_.set_access(r.page_addr(t, first, chunk), pages * chunk);
     }

@@ -8,7 +8,7 @@ namespace vtensor {
 
 vset::~vset() { by_va_.clear(); }
 
-mapping& vset::insert(device_addr va, chunk_id chunk, request_id owner, bool shared) {
+mapping& vset::insert(device_addr va, chunk_id chunk, request_id owner, bool shared, const mapping* before) {
   mapping* m = nullptr;
   if (spare_.empty()) {
     m = &nodes_.emplace_back();
@@ -20,7 +20,17 @@ mapping& vset::insert(device_addr va, chunk_id chunk, request_id owner, bool sha
   m->chunk = chunk;
   m->owner = owner;
   m->shared = shared;
-  auto [it, inserted] = by_va_.insert_unique(*m);
+  bool inserted = true;
+  if (before != nullptr && before->va < va) {
+    auto hint = std::next(by_va_.iterator_to(*before));
+    if (hint == by_va_.end() || va < hint->va) {
+      by_va_.insert_unique(hint, *m);  // the hint is exact: no search
+    } else {
+      inserted = by_va_.insert_unique(*m).second;
+    }
+  } else {
+    inserted = by_va_.insert_unique(*m).second;
+  }
   if (!inserted) {
     spare_.push_back(m);
     throw std::logic_error(fmt::format("vset: address {:#x} is already mapped", va));

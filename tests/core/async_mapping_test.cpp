@@ -3,6 +3,9 @@
 
 #include <doctest/doctest.h>
 
+#include <mutex>
+
+#include "backends/backend_adaptor.hpp"
 #include "backends/sim_backend.hpp"
 #include "core/manager.hpp"
 #include "tests/core/manager_test_support.hpp"
@@ -10,8 +13,53 @@
 using namespace vtensor;
 using namespace vtensor::core_testing;
 
+namespace {
+
+/// A sim device the test may probe while the worker maps: every call and probe holds one mutex.
+class probed_sim final : public backend_adaptor {
+ public:
+  probed_sim() : backend_adaptor(std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::h200())) {}
+  [[nodiscard]] std::string name() const override { return "probed(sim)"; }
+  [[nodiscard]] bool accessible(device_addr va) const {
+    std::lock_guard lock(mutex_);
+    return sim().accessible(va);
+  }
+
+ private:
+  [[nodiscard]] const sim_backend& sim() const { return dynamic_cast<const sim_backend&>(inner()); }
+  template <class F>
+  decltype(auto) locked(vmm_call call, F&& f) {
+    std::lock_guard lock(mutex_);
+    return forward(call, std::forward<F>(f));
+  }
+  device_addr do_reserve(std::uint64_t bytes) override {
+    return locked(vmm_call::reserve, [&] { return inner().reserve(bytes); });
+  }
+  void do_free_range(device_addr base) override {
+    locked(vmm_call::free_range, [&] { inner().free_range(base); });
+  }
+  std::optional<chunk_handle> do_create_chunk() override {
+    return locked(vmm_call::create, [&] { return inner().create_chunk(); });
+  }
+  void do_release_chunk(chunk_handle h) override {
+    locked(vmm_call::release, [&] { inner().release_chunk(h); });
+  }
+  void do_map(device_addr va, chunk_handle h) override {
+    locked(vmm_call::map, [&] { inner().map(va, h); });
+  }
+  void do_set_access(device_addr va, std::uint64_t bytes) override {
+    locked(vmm_call::set_access, [&] { inner().set_access(va, bytes); });
+  }
+  void do_unmap(device_addr va, std::uint64_t bytes) override {
+    locked(vmm_call::unmap, [&] { inner().unmap(va, bytes); });
+  }
+  mutable std::mutex mutex_;
+};
+
+}  // namespace
+
 TEST_CASE("async lookahead: pages mapped by the worker, needed pages in place when extend returns") {
-  sim_backend sim(sim_backend::k_unlimited, latency_model::h200());
+  probed_sim sim;
   manager_config config = llama_config(kv_layout::token_major, 4);  // 16 tokens a page
   config.scheduler.async_lookahead = true;
   manager m(sim, config);
