@@ -107,21 +107,19 @@ void operations::free_range(device_addr base) {
   }
 }
 
-mapping& operations::map(device_addr va, chunk_id c, request_id owner, bool shared, const mapping* before) {
+mapping& operations::map(device_addr va, chunk_id c, request_id owner, bool shared) {
   vmm([&](vmm_backend& b) { b.map(va, pset_[c].handle); });
-  return record_mapping(va, c, owner, shared, before);
+  return record_mapping(va, c, owner, shared);
 }
 
-mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job,
-                                  const mapping* before) {
+mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job) {
   job.maps.emplace_back(va, pset_[c].handle);
-  return record_mapping(va, c, owner, shared, before);
+  return record_mapping(va, c, owner, shared);
 }
 
-mapping& operations::record_mapping(device_addr va, chunk_id c, request_id owner, bool shared,
-                                    const mapping* before) {
+mapping& operations::record_mapping(device_addr va, chunk_id c, request_id owner, bool shared) {
   chunk_record& r = pset_[c];
-  mapping& m = vset_.insert(va, c, owner, shared, before);
+  mapping& m = vset_.make(va, c, owner, shared);
   if (r.mappings.empty()) ++mapped_chunks_;
   r.mappings.push_back(m);
   pset_.add_ref(c);
@@ -144,7 +142,7 @@ void operations::unmap_run(std::span<mapping* const> maps) {
     r.mappings.erase(r.mappings.iterator_to(*m));
     if (r.mappings.empty()) --mapped_chunks_;
     const chunk_id c = m->chunk;
-    vset_.erase(*m);
+    vset_.recycle(*m);
     pset_.drop_ref(c);
   }
 }

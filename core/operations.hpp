@@ -68,15 +68,19 @@ class operations {
   [[nodiscard]] device_addr alloc_range();
   /// Returns a vTensor range (holding no mapping) to the range cache, or frees it when full.
   void free_range(device_addr base);
+  /// Puts a vTensor's range (base set) in the vSet.
+  void track(mapped_range& r) { vset_.insert(r); }
+  /// Takes it out (before its range is freed).
+  void untrack(mapped_range& r) { vset_.erase(r); }
+  /// Takes every range out (a scheduler destroyed while requests are live).
+  void untrack_all() { vset_.clear_ranges(); }
 
   // --- mapping ---
   /// Maps `c` at `va` for `owner` and records it in vSet/pSet (+1 reference). Access is not set.
-  /// `before`: the mapping just below `va`, if the caller knows it (vSet::insert's hint).
-  mapping& map(device_addr va, chunk_id c, request_id owner, bool shared, const mapping* before = nullptr);
+  mapping& map(device_addr va, chunk_id c, request_id owner, bool shared);
   /// Records a mapping of `c` at `va` now and defers the driver's map into `job` (Note [Deferred
   /// mappings] in async_mapper.hpp).
-  mapping& map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job,
-                        const mapping* before = nullptr);
+  mapping& map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job);
   /// Grants access to mapped `[va, va + bytes)`.
   void set_access(device_addr va, std::uint64_t bytes);
 
@@ -147,7 +151,7 @@ class operations {
 
  private:
   void drop_pages(std::vector<page_version>& pages);
-  mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared, const mapping* before);
+  mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared);
   void adopt_created();
   /// Runs `f(backend)` holding the backend lock (the worker calls the backend too).
   template <class F>

@@ -34,7 +34,7 @@ scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_confi
   if (config_.async_lookahead || config_.create_ahead_chunks > 0) ops_.enable_async();
 }
 
-scheduler::~scheduler() = default;
+scheduler::~scheduler() { ops_.untrack_all(); }  // live records unlink before they are destroyed
 
 vtensor_record& scheduler::get(request_id id) {
   auto it = live_.find(id);
@@ -76,6 +76,7 @@ std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64
   auto r = std::make_unique<vtensor_record>();
   r->id = id;
   r->tensor_span_bytes = tensor_span_;
+  r->tensors = geometry_.tensors();
   r->max_tokens = max_tokens;
   return r;
 }
@@ -100,7 +101,7 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
         const std::uint32_t p = first + i;
         r.maps[std::size_t{p} * tensors + t] =
             &ops_.map_deferred(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count,
-                               job, p > 0 ? r.maps[std::size_t{p - 1} * tensors + t] : nullptr);
+                               job);
       }
       job.accesses.emplace_back(r.page_addr(t, first, chunk), pages * chunk);
     }
@@ -113,8 +114,7 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
       for (std::uint32_t i = 0; i < pages; ++i) {
         const std::uint32_t p = first + i;
         r.maps[std::size_t{p} * tensors + t] =
-            &ops_.map(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count,
-                      p > 0 ? r.maps[std::size_t{p - 1} * tensors + t] : nullptr);
+            &ops_.map(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count);
       }
       ops_.set_access(r.page_addr(t, first, chunk), pages * chunk);
     }
@@ -183,7 +183,10 @@ void scheduler::unmap_all(vtensor_record& r) {
 void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
   unmap_all(r);
   for (chunk_id c : chunks) ops_.unuse(c);
-  if (r.base != 0) ops_.free_range(r.base);
+  if (r.base != 0) {
+    ops_.untrack(r);
+    ops_.free_range(r.base);
+  }
   if (r.pinned != nullptr) ops_.tree().unpin(*r.pinned);
   r.pinned = nullptr;
 }
@@ -208,6 +211,7 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
   const std::span<const chunk_id> now(chunks.begin(), ops_.async() ? required : chunks.size());
   try {
     rec.base = ops_.alloc_range();
+    ops_.track(rec);
     map_pages(rec, now, shared, false);
     for (std::uint32_t t = 0; t < tensors && partial_bytes > 0; ++t) {
       ops_.copy_prefix(rec.page_addr(t, shared, geometry_.chunk_bytes()), partial_src[t], partial_bytes);
@@ -412,6 +416,7 @@ void scheduler::release(vtensor_record& r) {
   if (r.pinned != nullptr) ops_.tree().unpin(*r.pinned);
   r.pinned = nullptr;
   unmap_all(r);
+  ops_.untrack(r);
   ops_.free_range(r.base);
 }
 

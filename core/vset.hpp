@@ -1,8 +1,13 @@
 #pragma once
-/// vSet: the ordered set of mapped virtual pages. One `mapping` per chunk-sized span mapped at a
-/// virtual address, ordered by address (Boost.Intrusive red-black tree) and also linked into its
-/// chunk's list of mappings in the pSet. The vSet owns the mapping nodes (a free-list pool: no
-/// allocation per map in steady state).
+/// vSet: the ordered set of mapped virtual pages -> chunk.
+///
+/// Note [vSet by range]: every mapping lies in a vTensor's range, and a range's pages are a dense
+/// table (page x tensor -> mapping). So the vSet orders the *ranges* by base address (a
+/// Boost.Intrusive red-black tree, one node per live vTensor) and each range holds its page
+/// table; an address resolves to its range in O(log ranges), then to its mapping in O(1), and an
+/// in-order walk visits every mapping by address. Mapping a chunk costs no tree operation: with
+/// one node per chunk, tree insertion and removal were a quarter of a whole-trace replay.
+/// The vSet also owns the mapping nodes (a free-list pool: no allocation per map in steady state).
 
 #include <cstdint>
 #include <deque>
@@ -23,7 +28,6 @@ struct mapping {
   chunk_id chunk;         ///< the chunk mapped there
   request_id owner;       ///< the live request whose vTensor holds the span
   bool shared = false;    ///< immutable shared-prefix mapping (no one writes it); else the owner's private page
-  boost::intrusive::set_member_hook<link_mode_t> by_va_hook;     ///< vSet order
   boost::intrusive::list_member_hook<link_mode_t> by_chunk_hook; ///< the chunk's mapping list
 };
 
@@ -33,7 +37,24 @@ using mapping_list = boost::intrusive::list<
                                            &mapping::by_chunk_hook>,
     boost::intrusive::constant_time_size<true>>;
 
-/// Ordered set of mappings by virtual address.
+/// A vTensor's virtual range and its page table: the unit the vSet orders (Note [vSet by range]).
+struct mapped_range {
+  device_addr base = 0;                 ///< start of the reserved range
+  std::uint64_t tensor_span_bytes = 0;  ///< virtual bytes of each tensor
+  std::uint32_t tensors = 0;            ///< tensors in the range
+  std::uint32_t mapped_pages = 0;       ///< pages mapped in every tensor
+  std::vector<mapping*> maps;           ///< [page * tensors + tensor]; null where a mapping is being made
+  boost::intrusive::set_member_hook<link_mode_t> by_base_hook;  ///< vSet order
+
+  /// Address of page `page` of tensor `tensor`.
+  [[nodiscard]] device_addr page_addr(std::uint32_t tensor, std::uint64_t page, std::uint64_t chunk_bytes) const {
+    return base + tensor * tensor_span_bytes + page * chunk_bytes;
+  }
+  /// One past the range's last byte.
+  [[nodiscard]] device_addr end() const { return base + tensors * tensor_span_bytes; }
+};
+
+/// The ordered set of mapped pages, by range.
 class vset {
  public:
   vset() = default;
@@ -41,37 +62,54 @@ class vset {
   vset& operator=(const vset&) = delete;
   ~vset();
 
-  /// Records a new mapping; throws std::logic_error if `va` is already in the set. `before`, if
-  /// given, is the mapping just below `va` (the previous page of a run): the insertion then
-  /// costs amortized O(1) instead of a descent from the root.
-  mapping& insert(device_addr va, chunk_id chunk, request_id owner, bool shared, const mapping* before = nullptr);
-  /// Removes `m` (which must be in this set) and recycles its node.
-  void erase(mapping& m);
-  /// The mapping at exactly `va`, or nullptr.
+  /// A mapping node for `chunk` at `va` (not yet in any page table).
+  mapping& make(device_addr va, chunk_id chunk, request_id owner, bool shared);
+  /// Returns a node from make() to the pool.
+  void recycle(mapping& m);
+  /// Adds a range (its base must be set); throws std::logic_error if it overlaps one in the set.
+  void insert(mapped_range& r);
+  /// Removes a range.
+  void erase(mapped_range& r);
+  /// Removes every range (shutdown of a scheduler that still holds some).
+  void clear_ranges() { by_base_.clear(); }
+
+  /// The range holding `addr`, or nullptr.
+  [[nodiscard]] const mapped_range* range_containing(device_addr addr) const;
+  /// The mapping whose chunk starts at `va`, or nullptr.
   [[nodiscard]] const mapping* find(device_addr va) const;
-  /// The mapping whose span holds `addr`, or nullptr.
+  /// The mapping whose chunk holds `addr`, or nullptr.
   [[nodiscard]] const mapping* find_containing(device_addr addr, std::uint64_t chunk_bytes) const;
-  /// Mappings in the set.
-  [[nodiscard]] std::size_t size() const { return by_va_.size(); }
+  /// Mapping nodes in use.
+  [[nodiscard]] std::size_t size() const { return nodes_.size() - spare_.size(); }
+  /// Ranges in the set.
+  [[nodiscard]] std::size_t range_count() const { return by_base_.size(); }
   /// Visits every mapping in address order.
   template <class F>
   void for_each(F&& f) const {
-    for (const auto& m : by_va_) f(m);
+    for (const mapped_range& r : by_base_) {
+      const std::size_t pages = r.tensors == 0 ? 0 : r.maps.size() / r.tensors;
+      for (std::uint32_t t = 0; t < r.tensors; ++t) {
+        for (std::size_t p = 0; p < pages; ++p) {
+          if (const mapping* m = r.maps[p * r.tensors + t]) f(*m);
+        }
+      }
+    }
   }
 
  private:
-  struct va_key {
+  struct base_key {
     using type = device_addr;
-    device_addr operator()(const mapping& m) const { return m.va; }
+    device_addr operator()(const mapped_range& r) const { return r.base; }
   };
-  using by_va_set = boost::intrusive::set<
-      mapping,
-      boost::intrusive::member_hook<mapping, boost::intrusive::set_member_hook<link_mode_t>, &mapping::by_va_hook>,
-      boost::intrusive::key_of_value<va_key>, boost::intrusive::constant_time_size<true>>;
+  using by_base_set = boost::intrusive::set<
+      mapped_range,
+      boost::intrusive::member_hook<mapped_range, boost::intrusive::set_member_hook<link_mode_t>,
+                                    &mapped_range::by_base_hook>,
+      boost::intrusive::key_of_value<base_key>, boost::intrusive::constant_time_size<true>>;
 
-  by_va_set by_va_;
-  std::deque<mapping> nodes_;       // stable storage of every node ever made
-  std::vector<mapping*> spare_;     // recycled nodes
+  by_base_set by_base_;
+  std::deque<mapping> nodes_;    // stable storage of every node ever made
+  std::vector<mapping*> spare_;  // recycled nodes
 };
 
 }  // namespace vtensor

@@ -15,26 +15,19 @@ namespace vtensor {
 struct radix_node;
 
 /// The scheduler's record of a live request.
-struct vtensor_record {
+/// Its range and page table (`base`, `tensor_span_bytes`, `tensors`, `mapped_pages`, `maps`)
+/// are the mapped_range the vSet orders.
+struct vtensor_record : mapped_range {
   request_id id;                        ///< the caller's name for it
-  device_addr base = 0;                 ///< start of the reserved range
-  std::uint64_t tensor_span_bytes = 0;  ///< virtual bytes of each tensor
   std::uint64_t max_tokens = 0;         ///< tokens it may grow to
   std::uint64_t tokens = 0;             ///< tokens holding valid KV
   std::uint32_t shared_pages = 0;       ///< leading pages mapped shared (immutable prefix)
-  std::uint32_t mapped_pages = 0;       ///< pages mapped in every tensor (shared, own, lookahead)
   std::uint32_t ready_pages = 0;        ///< leading pages whose driver mappings are surely done
   std::uint64_t ticket = 0;             ///< the worker's last job for this request (0: none)
-  std::vector<mapping*> maps;           ///< [page * tensors + tensor]; size mapped_pages * tensors
   std::vector<token_block> blocks;      ///< prefix identity of its leading tokens
   radix_node* pinned = nullptr;         ///< rTree node it pins (its path's pages back its prefix)
   std::uint64_t hit_tokens = 0;         ///< prompt tokens served from cache at create
   std::uint64_t cow_bytes = 0;          ///< bytes copied at create (partial prefix page)
-
-  /// Address of page `page` of tensor `tensor`.
-  [[nodiscard]] device_addr page_addr(std::uint32_t tensor, std::uint64_t page, std::uint64_t chunk_bytes) const {
-    return base + tensor * tensor_span_bytes + page * chunk_bytes;
-  }
 };
 
 /// What a caller sees of a vTensor: plain device pointers.

@@ -5,29 +5,53 @@
 
 using namespace vtensor;
 
-TEST_CASE("vset: ordered by address, lookup and node reuse") {
+TEST_CASE("vset: ranges ordered by address, page lookup and node reuse") {
   vset vs;
-  mapping& b = vs.insert(0x400000, chunk_id{2}, request_id{1}, false);
-  mapping& a = vs.insert(0x200000, chunk_id{1}, request_id{1}, true);
+  // Two ranges of 2 tensors x 2 pages (4 MiB a tensor): [0x10000000, +8 MiB) and [0x20000000, +8 MiB).
+  mapped_range low, high;
+  for (auto* r : {&low, &high}) {
+    r->tensor_span_bytes = 2 * k_chunk_bytes;
+    r->tensors = 2;
+  }
+  low.base = 0x10000000;
+  high.base = 0x20000000;
+  vs.insert(high);
+  vs.insert(low);
+  CHECK(vs.range_count() == 2);
+  mapped_range overlapping;
+  overlapping.base = 0x10600000;
+  overlapping.tensor_span_bytes = 2 * k_chunk_bytes;
+  overlapping.tensors = 2;
+  CHECK_THROWS_AS(vs.insert(overlapping), std::logic_error);
+
+  // low: page 0 of both tensors mapped; tensor 1 starts at base + 4 MiB.
+  low.maps = {&vs.make(low.page_addr(0, 0, k_chunk_bytes), chunk_id{1}, request_id{1}, false),
+              &vs.make(low.page_addr(1, 0, k_chunk_bytes), chunk_id{2}, request_id{1}, true)};
+  low.mapped_pages = 1;
   CHECK(vs.size() == 2);
-  CHECK_THROWS_AS(vs.insert(0x200000, chunk_id{3}, request_id{2}, false), std::logic_error);
-  CHECK(vs.size() == 2);
+  CHECK(vs.find(0x10000000) == low.maps[0]);
+  CHECK(vs.find(0x10400000) == low.maps[1]);
+  CHECK(vs.find(0x10400001) == nullptr);                       // not chunk-aligned
+  CHECK(vs.find(0x10200000) == nullptr);                       // page 1 of tensor 0: unmapped
+  CHECK(vs.find_containing(0x105fffff, k_chunk_bytes) == low.maps[1]);
+  CHECK(vs.find_containing(0x10800000, k_chunk_bytes) == nullptr);  // past the range
+  CHECK(vs.find_containing(0x0fffffff, k_chunk_bytes) == nullptr);
+  CHECK(vs.range_containing(0x20000000) == &high);
+  CHECK(vs.range_containing(0x20800000) == nullptr);
   std::vector<device_addr> order;
   vs.for_each([&](const mapping& m) { order.push_back(m.va); });
-  CHECK(order == std::vector<device_addr>{0x200000, 0x400000});
-  CHECK(vs.find(0x200000) == &a);
-  CHECK(vs.find(0x300000) == nullptr);
-  CHECK(vs.find_containing(0x3fffff, k_chunk_bytes) == &a);
-  CHECK(vs.find_containing(0x400001, k_chunk_bytes) == &b);
-  CHECK(vs.find_containing(0x100000, k_chunk_bytes) == nullptr);
-  CHECK(vs.find_containing(0x600000, k_chunk_bytes) == nullptr);
-  vs.erase(a);
-  mapping& c = vs.insert(0x800000, chunk_id{5}, request_id{3}, false);
-  CHECK(&c == &a);  // the recycled node
-  CHECK(vs.size() == 2);
-  vs.erase(b);
-  vs.erase(c);
+  CHECK(order == std::vector<device_addr>{0x10000000, 0x10400000});
+
+  mapping* last = low.maps[1];
+  vs.recycle(*low.maps[0]);
+  vs.recycle(*low.maps[1]);
+  low.maps.clear();
   CHECK(vs.size() == 0);
+  CHECK(&vs.make(0x20000000, chunk_id{5}, request_id{3}, false) == last);  // the last recycled node
+  CHECK(vs.size() == 1);
+  vs.erase(low);
+  vs.erase(high);
+  CHECK(vs.range_count() == 0);
 }
 
 TEST_CASE("pset: references, free pool and slot reuse") {
