@@ -9,9 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "backends/registry.hpp"
-#if VTENSOR_HAVE_CUDA
-#include "backends/cuda_backend.hpp"
-#endif
+#include "tests/support/backend_choice.hpp"
 #include "tests/backends/test_helpers.hpp"
 
 namespace vtensor::backend_testing {
@@ -20,31 +18,17 @@ namespace {
 constexpr std::uint64_t k_capacity_chunks = 8;
 
 /// Runs `body` on a fresh backend of every registered name: the GPU ones (`cuda`) when `gpu`,
-/// the others when not. Without a GPU the GPU run says "GPU_SKIP", which CTest reads as skipped.
+/// the others when not (tests/support/backend_choice.hpp).
 template <typename F>
 void for_each_backend(bool gpu, F&& body) {
-  bool ran = false;
-  for (const std::string& name : backend_names()) {
-    if ((name == "cuda") != gpu) continue;
+  for (const std::string& name : testing::backends_for(gpu)) {
     INFO("backend: " << name);
     backend_config config;
     config.capacity_bytes = k_capacity_chunks * k_chunk_bytes;
-    std::unique_ptr<vmm_backend> backend;
-#if VTENSOR_HAVE_CUDA
-    try {
-      backend = make_backend(name, config);
-    } catch (const cuda_unavailable& e) {
-      MESSAGE("GPU_SKIP: backend " << name << ": " << std::string(e.what()));
-      return;
-    }
-#else
-    backend = make_backend(name, config);
-#endif
-    REQUIRE(backend != nullptr);
+    const std::unique_ptr<vmm_backend> backend = testing::make_backend_or_skip(name, config);
+    if (!backend) return;
     body(*backend);
-    ran = true;
   }
-  if (gpu && !ran) MESSAGE("GPU_SKIP: this build has no cuda backend");
 }
 
 void check_empty(const vmm_backend& b) {

@@ -7,9 +7,7 @@
 #include <string>
 
 #include "backends/registry.hpp"
-#if VTENSOR_HAVE_CUDA
-#include "backends/cuda_backend.hpp"
-#endif
+#include "tests/support/backend_choice.hpp"
 #include "core/manager.hpp"
 #include "tests/core/manager_test_support.hpp"
 
@@ -18,35 +16,22 @@ using namespace vtensor::core_testing;
 
 namespace {
 
-// Runs `body` over the GPU backends (`cuda`) when `gpu`, else over the others. Without a GPU the
-// GPU run says "GPU_SKIP", which CTest reads as skipped.
+// Runs `body` over the GPU backends (`cuda`) when `gpu`, else over the others
+// (tests/support/backend_choice.hpp), and checks the device is empty afterwards.
 template <class F>
 void on_every_backend(bool gpu, std::uint64_t capacity_bytes, F&& body) {
-  bool ran = false;
-  for (const std::string& name : backend_names()) {
-    if ((name == "cuda") != gpu) continue;
+  for (const std::string& name : vtensor::testing::backends_for(gpu)) {
     INFO("backend: " << name);
     backend_config config;
     config.capacity_bytes = capacity_bytes;
-    std::unique_ptr<vmm_backend> backend;
-#if VTENSOR_HAVE_CUDA
-    try {
-      backend = make_backend(name, config);
-    } catch (const cuda_unavailable& e) {
-      MESSAGE("GPU_SKIP: backend " << name << ": " << std::string(e.what()));
-      return;
-    }
-#else
-    backend = make_backend(name, config);
-#endif
+    const std::unique_ptr<vmm_backend> backend = vtensor::testing::make_backend_or_skip(name, config);
+    if (!backend) return;
     body(*backend);
     const vmm_live live = backend->live();
     CHECK(live.chunks == 0);
     CHECK(live.ranges == 0);
     CHECK(live.mappings == 0);
-    ran = true;
   }
-  if (gpu && !ran) MESSAGE("GPU_SKIP: this build has no cuda backend");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "tools/cli.hpp"
+#include "tests/support/cli_run.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -13,18 +14,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct result {
-  int code;
-  std::string out;
-  std::string err;
-};
+using result = vtensor::testing::cli_result;
 
-result run(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  const int code = vtt::run_cli(args, {out, err});
-  return {code, out.str(), err.str()};
-}
+result run(const std::vector<std::string>& args) { return vtensor::testing::run_cli(args); }
 
 std::string data(const std::string& name) { return VTENSOR_SOURCE_DIR "/tests/data/traces/" + name; }
 std::string shared_trace(const std::string& name) { return VTENSOR_SHARED_DIR "/traces/" + name; }

@@ -2,6 +2,7 @@
 // failure without a GPU (CI has none). On a GPU they are run by hand (results/gpu/).
 
 #include "tools/cli.hpp"
+#include "tests/support/cli_run.hpp"
 #include "tools/gpu_kernels.hpp"
 
 #include "backends/latency_model.hpp"
@@ -22,18 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct result {
-  int code;
-  std::string out;
-  std::string err;
-};
+using result = vtensor::testing::cli_result;
 
-result run(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  const int code = vtt::run_cli(args, {out, err});
-  return {code, out.str(), err.str()};
-}
+result run(const std::vector<std::string>& args) { return vtensor::testing::run_cli(args); }
 
 bool gpu_present() {
 #if VTENSOR_HAVE_CUDA
