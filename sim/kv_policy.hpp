@@ -14,7 +14,11 @@
 ///   drops it (the request comes back later through admit()).
 /// - Ids are the caller's and unique among admitted requests. Misuse (unknown id, growth past
 ///   max_tokens) throws std::invalid_argument.
-/// - stats() is cheap (no walk) and may be called after every step; vmm_time_ns() cheaper still.
+/// - stats() is cheap (no walk) and may be called after every step; vmm_time_ns() and
+///   critical_vmm_ns() cheaper still.
+/// - Time: the replica tells the policy the simulated time with advance_to() before it calls it;
+///   a policy's decisions and its modelled times must not depend on wall time (Note [VMM time on
+///   the critical path] in replica.hpp).
 
 #include <cstdint>
 #include <span>
@@ -59,6 +63,8 @@ struct kv_stats {
   std::uint64_t prefix_hit_tokens = 0;  ///< of which served from the cache
   std::uint64_t cow_bytes = 0;          ///< bytes copied for sharing
   std::uint64_t evictions = 0;          ///< cache entries evicted
+  std::uint64_t free_pool_bytes = 0;    ///< of physical, idle chunks kept for reuse (creation ahead fills it)
+  std::uint64_t chunks_created = 0;     ///< chunks created so far (successful creates; 0 if none)
   vmm_counters vmm;                     ///< VMM calls and charged time per kind (zero if none)
 
   /// 1 - used / mapped (0 when nothing is mapped).
@@ -87,10 +93,15 @@ class kv_policy {
   void release(request_id id, release_reason why) { do_release(id, why); }
   /// Memory now.
   [[nodiscard]] kv_stats stats() const { return do_stats(); }
-  /// Simulated VMM time charged so far, nanoseconds (0 for policies without VMM calls).
+  /// Modelled VMM time of every call issued so far (the step's and the worker's), nanoseconds
+  /// (0 for policies without VMM calls).
   [[nodiscard]] std::uint64_t vmm_time_ns() const { return do_vmm_time_ns(); }
-  /// Lookahead: true when the policy maps ahead of need, so that growth's VMM work is done off
-  /// the step's critical path (Note [VMM time on the critical path] in replica.hpp).
+  /// Of vmm_time_ns(), what the step thread spent: its own calls plus its modelled waits for the
+  /// mapping worker (Note [VMM time on the critical path] in replica.hpp).
+  [[nodiscard]] std::uint64_t critical_vmm_ns() const { return do_critical_vmm_ns(); }
+  /// The simulated time is now `now` (microseconds, never decreasing).
+  void advance_to(std::uint64_t now_us) { do_advance_to(now_us); }
+  /// Lookahead: true when the policy maps pages ahead of need.
   [[nodiscard]] bool maps_ahead() const { return do_maps_ahead(); }
   /// Registry name, e.g. "vtensor".
   [[nodiscard]] std::string name() const { return do_name(); }
@@ -105,6 +116,8 @@ class kv_policy {
   virtual void do_release(request_id id, release_reason why) = 0;
   [[nodiscard]] virtual kv_stats do_stats() const = 0;
   [[nodiscard]] virtual std::uint64_t do_vmm_time_ns() const { return 0; }
+  [[nodiscard]] virtual std::uint64_t do_critical_vmm_ns() const { return do_vmm_time_ns(); }
+  virtual void do_advance_to(std::uint64_t /*now_us*/) {}
   [[nodiscard]] virtual bool do_maps_ahead() const { return false; }
   [[nodiscard]] virtual std::string do_name() const = 0;
   [[nodiscard]] virtual nlohmann::ordered_json do_describe() const = 0;

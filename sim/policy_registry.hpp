@@ -24,6 +24,9 @@ struct kv_policy_options {
   bool zero_latency = false;              ///< sim backend charges nothing
   kv_layout layout = kv_layout::kv_fused;  ///< vtensor tensor layout
   std::uint32_t lookahead_pages = 0;      ///< vtensor pages mapped ahead
+  bool async_lookahead = true;            ///< vtensor: lookahead mapped by the worker thread (when lookahead_pages > 0)
+  std::uint32_t create_ahead_chunks = 0;  ///< vtensor: the worker keeps this many chunks created (0: off)
+  int device_index = 0;                   ///< cuda backend: which GPU
   std::string eviction = "lru";           ///< vtensor prefix-cache eviction policy
   partial_page_policy partial = partial_page_policy::cow;  ///< vtensor partial prefix page
 };

@@ -198,10 +198,13 @@ void replica::admit_waiting(std::uint32_t& budget) {
 }
 
 void replica::start_step() {
+  step_wall_start_ = std::chrono::steady_clock::now();
+  policy_.advance_to(queue_.now());
   in_step_ = true;
   batch_.clear();
   step_preempted_ = 0;
   const std::uint64_t vmm_start = policy_.vmm_time_ns();
+  const std::uint64_t critical_start = policy_.critical_vmm_ns();
   std::uint32_t budget = config_.token_budget;
 
   // 1. Decode: one token for each running request past its prefill, oldest first.
@@ -211,7 +214,6 @@ void replica::start_step() {
     batch_.push_back({running_[i].get(), 1, true});
     --budget;
   }
-  const std::uint64_t vmm_after_grow = policy_.vmm_time_ns();
   // 2. Prefill left over from earlier steps.
   bool any_prefill = false;
   for (auto& r : running_) {
@@ -241,9 +243,8 @@ void replica::start_step() {
     }
   }
   const step_cost cost = roofline(model_, gpu_, work, config_.step_overhead_s);
-  const std::uint64_t admit_ns = vmm_end - vmm_after_grow;
-  const std::uint64_t grow_ns = vmm_after_grow - vmm_start;
-  const std::uint64_t critical_ns = policy_.maps_ahead() ? admit_ns : admit_ns + grow_ns + pending_release_ns_;
+  // Note [VMM time on the critical path].
+  const std::uint64_t critical_ns = policy_.critical_vmm_ns() - critical_start + pending_release_ns_;
   const auto duration = static_cast<time_us>(std::ceil(cost.total_s() * 1e6)) + (critical_ns + 999) / 1000;
 
   rec.index = counters_.steps;
@@ -254,10 +255,11 @@ void replica::start_step() {
   rec.compute_us = cost.compute_s * 1e6;
   rec.memory_us = cost.memory_s * 1e6;
   rec.vmm_critical_ns = critical_ns;
-  rec.vmm_total_ns = vmm_end - vmm_start + pending_release_ns_;
+  rec.vmm_total_ns = vmm_end - vmm_start + pending_release_vmm_ns_;
   rec.running = static_cast<std::uint32_t>(running_.size());
   rec.waiting = static_cast<std::uint32_t>(waiting_.size());
   pending_release_ns_ = 0;
+  pending_release_vmm_ns_ = 0;
 
   ++counters_.steps;
   counters_.busy_us += rec.duration_us;
@@ -270,9 +272,11 @@ void replica::start_step() {
 }
 
 void replica::finish(live_request& r) {
-  const std::uint64_t before = policy_.vmm_time_ns();
+  const std::uint64_t before = policy_.critical_vmm_ns();
+  const std::uint64_t vmm_before = policy_.vmm_time_ns();
   policy_.release(request_id{r.id}, release_reason::finished);
-  pending_release_ns_ += policy_.vmm_time_ns() - before;
+  pending_release_ns_ += policy_.critical_vmm_ns() - before;
+  pending_release_vmm_ns_ += policy_.vmm_time_ns() - vmm_before;
   ++counters_.completed;
   const time_us now = queue_.now();
   ttft_us_.push_back(r.first_token - r.arrival);
@@ -294,6 +298,7 @@ void replica::finish(live_request& r) {
 
 void replica::end_step() {
   const time_us now = queue_.now();
+  policy_.advance_to(now);
   bool any_done = false;
   for (const batch_entry& e : batch_) {
     live_request& r = *e.r;
@@ -326,6 +331,8 @@ void replica::end_step() {
   }
   batch_.clear();
   if (config_.check_every_step) policy_.check_invariants();
+  counters_.step_wall_ns += static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - step_wall_start_).count());
   in_step_ = false;
   observe();
   kick();

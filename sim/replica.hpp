@@ -28,20 +28,29 @@
 /// directly with the infinite-cache bound of `vtensor inspect`.
 ///
 /// Note [VMM time on the critical path]
-/// The simulated device charges every VMM call its measured cost. A step's duration is its
-/// roofline cost plus the VMM time that the step waits for:
-/// - without lookahead (synchronous mapping) all VMM time charged since the previous step began
-///   building: admissions (create: reserve, map, set access), growth (extend), and releases
-///   (finish, preempt: unmap) done at the previous step's end;
-/// - with lookahead (the policy maps pages ahead of need), growth and releases are assumed done
-///   by a background worker between steps and only admissions count: a new request's prompt must
-///   be mapped before its prefill runs.
+/// Every VMM call is priced by the latency model (the simulated device's costs, or a calibration
+/// file), on every backend: on `cuda` the measured time is reported but never reaches the clock,
+/// so that a replay over `cuda` makes the very decisions of one over `sim` and the two compare
+/// step by step (`vtensor replay --compare-backends sim,cuda`). A step's duration is its roofline
+/// cost plus the VMM time of the step thread (kv_policy::critical_vmm_ns()):
+/// - the calls the step thread makes itself: admissions (create: reserve, map, set access),
+///   growth (extend) that is not handed to the worker, and releases (finish, preempt: unmap)
+///   done at the previous step's end;
+/// - plus, with asynchronous lookahead, its modelled waits for the mapping worker (Note [Mapping
+///   worker model] in vtensor_policy.hpp): lookahead pages are mapped by the worker while steps
+///   run, and a step waits only when a page it needs is not mapped yet by the worker's clock.
+/// Without lookahead, or with synchronous lookahead (`--async-lookahead false`), every call is
+/// the step thread's: all VMM time is on the critical path. The worker's own time is reported
+/// beside (vmm_worker_time_us), off the path.
+/// Wall time (the real calls on `cuda`, emulated step compute, measured waits) is reported in
+/// the summary's `measured` block and never read by the replica's decisions.
 ///
 /// Note [Requests longer than the context]
 /// A request needs prompt + output tokens of context. Beyond `max_context_tokens`, `reject`
 /// counts it rejected and skips it; `truncate` keeps the prompt's first max_context - output
 /// tokens (and the block keys covering them), or rejects when the output alone does not fit.
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -134,6 +143,7 @@ struct replica_counters {
   std::uint64_t busy_us = 0;          ///< time spent in steps
   std::uint64_t vmm_critical_ns = 0;  ///< VMM time added to steps
   double compute_bound_steps = 0;     ///< steps bound by compute
+  std::uint64_t step_wall_ns = 0;     ///< measured: wall time from building each step to its end (releases included)
 };
 
 /// The replica. Submissions come from outside (the replay's arrival events); steps schedule
@@ -196,8 +206,10 @@ class replica {
   std::vector<std::unique_ptr<live_request>> running_;  // admission order
   std::vector<batch_entry> batch_;
   bool in_step_ = false;
-  std::uint64_t pending_release_ns_ = 0;  // VMM time of releases since the last step was built
+  std::uint64_t pending_release_ns_ = 0;      // critical VMM time of releases since the last step was built
+  std::uint64_t pending_release_vmm_ns_ = 0;  // all VMM time of those releases
   std::uint32_t step_preempted_ = 0;
+  std::chrono::steady_clock::time_point step_wall_start_;  // measured only, never decides
   replica_counters counters_;
   state_tracker tracker_;
   std::vector<std::uint64_t> ttft_us_, tpot_us_, e2e_us_;

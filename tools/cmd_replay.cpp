@@ -4,6 +4,15 @@
 #include "sim/outputs.hpp"
 #include "sim/policy_registry.hpp"
 #include "sim/replay.hpp"
+#include "sim/step_emulator.hpp"
+#include "sim/step_log.hpp"
+#include "sim/vtensor_policy.hpp"
+#include "backends/registry.hpp"
+#include "core/manager.hpp"
+
+#if VTENSOR_HAVE_CUDA
+#include "backends/cuda_backend.hpp"
+#endif
 #include "traces/atomic_output_file.hpp"
 #include "traces/trace_reader.hpp"
 
@@ -12,7 +21,12 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -102,6 +116,217 @@ void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
                      j.contains("wall_seconds") ? j["wall_seconds"].get<double>() : 0.0);
 }
 
+
+// What one replay produced, beyond its summary.
+struct replay_run {
+  std::string backend;
+  nlohmann::ordered_json json;
+  std::vector<sim::step_entry> log;
+  std::optional<sim::vtensor_vmm_report> vmm;
+};
+
+double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+double us(std::uint64_t ns) { return static_cast<double>(ns) / 1e3; }
+
+nlohmann::ordered_json by_kind(const std::array<std::uint64_t, k_vmm_call_kinds>& a, double scale) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
+    j[std::string(to_string(static_cast<vmm_call>(k)))] = static_cast<double>(a[k]) * scale;
+  }
+  return j;
+}
+
+// Adds the vtensor policy's VMM split (modelled: deterministic; measured: only `with_wall`).
+void add_vmm_split(nlohmann::ordered_json& j, const sim::vtensor_vmm_report& r, const sim::replay_summary& s,
+                   const sim::creation_after_warmup& c, double warmup_fraction, std::uint64_t emulated_ns,
+                   bool with_wall) {
+  nlohmann::ordered_json model;
+  model["critical_us"] = us(r.critical_model_ns);
+  model["step_thread_calls_us"] = us(r.step.total_model_ns());
+  model["worker_jobs"] = r.jobs;
+  model["worker_time_us"] = us(r.job_model_ns);
+  model["waits"] = r.modelled_waits;
+  model["wait_us"] = us(r.modelled_wait_ns);
+  model["wait_share_of_step_time"] =
+      s.counters.busy_us == 0 ? 0.0 : us(r.modelled_wait_ns) / static_cast<double>(s.counters.busy_us);
+  j["vmm_model"] = model;
+  nlohmann::ordered_json creation;
+  creation["warmup_fraction"] = warmup_fraction;
+  creation["warmup_steps"] = c.warmup_steps;
+  creation["steps"] = c.steps;
+  creation["creates_total"] = c.creates_total;
+  creation["creates_after_warmup"] = c.creates_after;
+  creation["last_create_step"] = c.last_create_step;
+  creation["create_calls_by_step_thread"] = r.step.calls[static_cast<std::size_t>(vmm_call::create)];
+  j["chunk_creation"] = creation;
+  if (!with_wall) return;
+  nlohmann::ordered_json m;
+  m["step_wall_ms"] = ms(s.counters.step_wall_ns);
+  m["emulated_compute_ms"] = ms(emulated_ns);
+  m["mapping_waits"] = r.mapping_waits;
+  m["mapping_wait_ms"] = ms(r.mapping_wait_ns);
+  m["wait_share_of_step_time"] =
+      s.counters.step_wall_ns == 0 ? 0.0 : static_cast<double>(r.mapping_wait_ns) / static_cast<double>(s.counters.step_wall_ns);
+  m["step_thread_vmm_ms"] = ms(r.step.total_charged_ns());
+  m["worker_vmm_ms"] = ms(r.worker.total_charged_ns());
+  m["step_thread_calls"] = by_kind(r.step.calls, 1.0);
+  m["step_thread_vmm_us_by_call"] = by_kind(r.step.charged_ns, 1e-3);
+  m["worker_calls"] = by_kind(r.worker.calls, 1.0);
+  m["worker_vmm_us_by_call"] = by_kind(r.worker.charged_ns, 1e-3);
+  m["chunks_created"] = r.chunks_created;
+  m["chunks_created_ahead"] = r.chunks_created_ahead;
+  m["creates_by_worker"] = r.worker.calls[static_cast<std::size_t>(vmm_call::create)];
+  j["measured"] = m;
+}
+
+void print_vmm_split(std::ostream& out, const nlohmann::ordered_json& j) {
+  if (!j.contains("vmm_model")) return;
+  const auto& m = j["vmm_model"];
+  out << fmt::format("vmm model: {:.1f} ms on the steps ({:.1f} ms of step-thread calls, {} waits for the worker "
+                     "= {:.2f} ms, {:.3f}% of step time); worker: {} jobs, {:.1f} ms off the steps\n",
+                     m["critical_us"].get<double>() / 1e3, m["step_thread_calls_us"].get<double>() / 1e3,
+                     m["waits"].get<std::uint64_t>(), m["wait_us"].get<double>() / 1e3,
+                     100 * m["wait_share_of_step_time"].get<double>(), m["worker_jobs"].get<std::uint64_t>(),
+                     m["worker_time_us"].get<double>() / 1e3);
+  const auto& c = j["chunk_creation"];
+  out << fmt::format("chunk creation: {} chunks created, {} after warm-up (first {} of {} steps), last at step {}; "
+                     "{} cuMemCreate calls by the step thread (failed ones at the memory cap included)\n",
+                     c["creates_total"].get<std::uint64_t>(), c["creates_after_warmup"].get<std::uint64_t>(),
+                     c["warmup_steps"].get<std::uint64_t>(), c["steps"].get<std::uint64_t>(),
+                     c["last_create_step"].get<std::uint64_t>(), c["create_calls_by_step_thread"].get<std::uint64_t>());
+  if (!j.contains("measured")) return;
+  const auto& w = j["measured"];
+  out << fmt::format("measured: steps took {:.1f} ms wall ({:.1f} ms emulated compute); {} mapping waits = {:.3f} ms, "
+                     "{:.4f}% of step time; VMM charged (wall on cuda) {:.1f} ms on the step thread, {:.1f} ms on the worker; {} chunks "
+                     "created ({} ahead by the worker)\n",
+                     w["step_wall_ms"].get<double>(), w["emulated_compute_ms"].get<double>(),
+                     w["mapping_waits"].get<std::uint64_t>(), w["mapping_wait_ms"].get<double>(),
+                     100 * w["wait_share_of_step_time"].get<double>(), w["step_thread_vmm_ms"].get<double>(),
+                     w["worker_vmm_ms"].get<double>(), w["chunks_created"].get<std::uint64_t>(),
+                     w["chunks_created_ahead"].get<std::uint64_t>());
+}
+
+#if VTENSOR_HAVE_CUDA
+// Note [Mapping overhead of the manager]
+// Target: a chunk mapped through the manager costs at most 1.05 x a raw cuMemMap +
+// cuMemSetAccess measured in the same process. Raw: `chunks` chunks created once, then per round
+// map + set-access one chunk at a time into a reserved range (the cuda backend's calls, wall
+// time around them). Manager: the same number of chunks, created and returned to its free pool
+// once (lazy deallocation) with its vTensor ranges cached, then per round created as requests of
+// 4 pages (kv-fused Llama-3-8B: 32 tensors a page) and, separately, grown page by page by
+// extend; wall time of the manager calls over chunks mapped. Unmapping is outside the timed part
+// of both. Rounds alternate raw / create / extend; medians are compared.
+nlohmann::ordered_json map_overhead(int device, std::uint64_t chunks, std::ostream& out) {
+  using clock = std::chrono::steady_clock;
+  const auto ns_since = [](clock::time_point t) {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t).count());
+  };
+  cuda_backend b(device, 2 * chunks * k_chunk_bytes + 64 * k_chunk_bytes);
+  manager_config mc;
+  mc.geometry = kv_geometry(*model_preset("llama-3-8b"), kv_layout::kv_fused);
+  mc.scheduler.max_context_tokens = 8192;
+  const std::uint32_t tensors = mc.geometry.tensors();
+  const std::uint64_t tpc = mc.geometry.tokens_per_chunk();
+  constexpr std::uint32_t k_pages = 4;
+  const std::uint64_t requests = std::max<std::uint64_t>(1, chunks / (std::uint64_t{k_pages} * tensors));
+  const std::uint64_t mgr_chunks = requests * k_pages * tensors;
+  manager mgr(b, mc);
+
+  // Raw set-up.
+  const device_addr base = b.reserve(chunks * k_chunk_bytes);
+  std::vector<chunk_handle> handles;
+  for (std::uint64_t i = 0; i < chunks; ++i) {
+    auto h = b.create_chunk();
+    if (!h) throw std::runtime_error("map overhead: out of memory creating raw chunks");
+    handles.push_back(*h);
+  }
+  // Manager warm-up: its chunks and ranges exist before the timed rounds.
+  const auto mgr_round_create = [&](bool timed) {
+    std::uint64_t ns = 0;
+    for (std::uint64_t r = 0; r < requests; ++r) {
+      const auto t = clock::now();
+      const create_result c = mgr.create(request_id{r + 1}, {}, k_pages * tpc, k_pages * tpc);
+      ns += ns_since(t);
+      if (!c.ok()) throw std::runtime_error("map overhead: the manager ran out of memory");
+    }
+    for (std::uint64_t r = 0; r < requests; ++r) mgr.finish(request_id{r + 1});
+    return timed ? ns : 0;
+  };
+  const auto mgr_round_extend = [&] {
+    std::uint64_t ns = 0;
+    for (std::uint64_t r = 0; r < requests; ++r) {
+      if (!mgr.create(request_id{r + 1}, {}, 1, k_pages * tpc).ok()) throw std::runtime_error("map overhead: out of memory");
+    }
+    for (std::uint32_t p = 1; p < k_pages; ++p) {
+      for (std::uint64_t r = 0; r < requests; ++r) {
+        const std::uint64_t grow = tpc;  // crosses into page p
+        const auto t = clock::now();
+        const alloc_status st = mgr.extend(request_id{r + 1}, grow);
+        ns += ns_since(t);
+        if (st != alloc_status::ok) throw std::runtime_error("map overhead: out of memory");
+      }
+    }
+    for (std::uint64_t r = 0; r < requests; ++r) mgr.finish(request_id{r + 1});
+    return ns;
+  };
+  (void)mgr_round_create(false);
+  const std::uint64_t creates_before = b.counters().calls_of(vmm_call::create);
+
+  constexpr int k_rounds = 7;
+  std::vector<double> raw_ns, raw_driver_ns, create_ns, extend_ns;
+  for (int round = 0; round < k_rounds; ++round) {
+    const std::uint64_t driver0 = b.counters().time_ns_of(vmm_call::map) + b.counters().time_ns_of(vmm_call::set_access);
+    const auto t = clock::now();
+    for (std::uint64_t i = 0; i < chunks; ++i) {
+      b.map(base + i * k_chunk_bytes, handles[i]);
+      b.set_access(base + i * k_chunk_bytes, k_chunk_bytes);
+    }
+    raw_ns.push_back(static_cast<double>(ns_since(t)) / static_cast<double>(chunks));
+    raw_driver_ns.push_back(static_cast<double>(b.counters().time_ns_of(vmm_call::map) +
+                                                b.counters().time_ns_of(vmm_call::set_access) - driver0) /
+                            static_cast<double>(chunks));
+    b.unmap(base, chunks * k_chunk_bytes);
+    create_ns.push_back(static_cast<double>(mgr_round_create(true)) / static_cast<double>(mgr_chunks));
+    extend_ns.push_back(static_cast<double>(mgr_round_extend()) /
+                        static_cast<double>(requests * (k_pages - 1) * tensors));
+  }
+  const std::uint64_t creates_in_rounds = b.counters().calls_of(vmm_call::create) - creates_before;
+  mgr.shutdown();
+  for (chunk_handle h : handles) b.release_chunk(h);
+  b.free_range(base);
+
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double raw = median(raw_ns);
+  const double raw_driver = median(raw_driver_ns);
+  const double create = median(create_ns);
+  const double extend = median(extend_ns);
+  nlohmann::ordered_json j;
+  j["device"] = b.device_name();
+  j["chunks_per_round"] = chunks;
+  j["manager_chunks_per_round"] = mgr_chunks;
+  j["rounds"] = k_rounds;
+  j["raw_map_set_access_us_per_chunk"] = raw / 1e3;
+  j["raw_driver_only_us_per_chunk"] = raw_driver / 1e3;
+  j["manager_create_us_per_chunk"] = create / 1e3;
+  j["manager_extend_us_per_chunk"] = extend / 1e3;
+  j["ratio_create_vs_raw"] = create / raw;
+  j["ratio_extend_vs_raw"] = extend / raw;
+  j["ratio_create_vs_raw_driver_only"] = create / raw_driver;
+  j["cuMemCreate_in_timed_rounds"] = creates_in_rounds;
+  j["target"] = "manager <= 1.05 x raw";
+  j["met"] = create <= 1.05 * raw && extend <= 1.05 * raw;
+  out << fmt::format("map overhead ({} chunks a round, median of {} rounds): raw cuMemMap + cuMemSetAccess {:.2f} us a "
+                     "chunk (driver calls alone {:.2f}); through the manager: create {:.2f} us ({:.3f} x raw), extend "
+                     "{:.2f} us ({:.3f} x raw); cuMemCreate in timed rounds: {}; target <= 1.05 x: {}\n",
+                     chunks, k_rounds, raw / 1e3, raw_driver / 1e3, create / 1e3, create / raw, extend / 1e3,
+                     extend / raw, creates_in_rounds, j["met"].get<bool>() ? "met" : "NOT met");
+  return j;
+}
+#endif
+
 } // namespace
 
 int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
@@ -111,7 +336,10 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
         ("trace", po::value<std::string>(), "trace file (default: the bundled Mooncake conversation excerpt)")
         ("format", po::value<std::string>()->default_value("auto"), "trace format: auto, mooncake, azure, vtensor")
         ("policy", po::value<std::string>()->default_value("vtensor"), "KV policy")
-        ("backend", po::value<std::string>()->default_value("sim"), "VMM backend of the vtensor policy")
+        ("backend", po::value<std::string>()->default_value("sim"), "VMM backend of the vtensor policy: sim, or cuda (a real GPU)")
+        ("device", po::value<int>()->default_value(0), "cuda backend: GPU index")
+        ("compare-backends", po::value<std::string>(),
+         "A,B (e.g. sim,cuda): replay twice, check that both runs agree step by step, compare VMM time")
         ("model", po::value<std::string>()->default_value("llama-3-8b"), "model: llama-3-8b, yi-6b, yi-34b, llama-3-70b")
         ("gpu", po::value<std::string>()->default_value("h200"), "GPU: h200, a100-80gb")
         ("tp", po::value<std::uint32_t>()->default_value(1), "tensor-parallel degree (divides the KV heads)")
@@ -119,6 +347,16 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
          "KV memory per GPU: 80GiB, 500MiB, 1e9, or unlimited (default: GPU memory minus the weights)")
         ("layout", po::value<std::string>()->default_value("kv-fused"), "vtensor layout: kv-split, kv-fused, token-major")
         ("lookahead", po::value<std::uint32_t>()->default_value(0), "vtensor pages mapped ahead of need")
+        ("async-lookahead", po::value<bool>()->default_value(true),
+         "map lookahead pages on the background worker (true/false; only with --lookahead > 0)")
+        ("create-ahead", po::value<std::uint32_t>()->default_value(0), "the worker keeps N chunks created in the free pool")
+        ("emulate-steps", po::value<bool>(),
+         "spend each step's modelled compute in wall time so the worker overlaps it (default: on for cuda)")
+        ("step-time-scale", po::value<double>()->default_value(1.0), "emulated step time = modelled compute x SCALE")
+        ("warmup-fraction", po::value<double>()->default_value(0.1),
+         "first fraction of steps counted as warm-up for chunk creation")
+        ("map-overhead", po::value<std::uint64_t>()->default_value(0),
+         "cuda: first measure N chunks mapped raw vs through the manager (Note [Mapping overhead of the manager])")
         ("eviction", po::value<std::string>()->default_value("lru"), "prefix-cache eviction: lru, fifo, lfu")
         ("partial", po::value<std::string>()->default_value("cow"), "partial prefix page: cow or recompute")
         ("seed", po::value<std::uint64_t>()->default_value(0), "seed (recorded; the replay itself is deterministic)")
@@ -144,7 +382,11 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
         name, "[TRACE] [options]",
         "Replays a trace through a simulated serving replica (continuous batching, roofline step\n"
         "cost, preemption by recompute) over a KV policy, and reports memory, fragmentation, prefix\n"
-        "reuse, VMM cost and latency. Outputs are written whole or not at all.",
+        "reuse, VMM cost and latency. Outputs are written whole or not at all.\n"
+        "With --backend cuda the vtensor policy makes real VMM calls on a GPU (--memory caps it) and\n"
+        "each step's compute is emulated in wall time; the simulated clock still runs on the latency\n"
+        "model, so decisions match a sim replay (--compare-backends sim,cuda checks it step by step).\n"
+        "--lookahead N maps N pages ahead on the background worker unless --async-lookahead false.",
         options, positional, args, io);
     if (!values) return exit_success;
     const po::variables_map& v = *values;
@@ -173,6 +415,42 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     if (!layout) throw usage_error(fmt::format("--layout: unknown layout '{}' (kv-split, kv-fused, token-major)", layout_text));
     po_opts.layout = *layout;
     po_opts.lookahead_pages = get<std::uint32_t>(v, "lookahead");
+    po_opts.async_lookahead = v["async-lookahead"].as<bool>();
+    po_opts.create_ahead_chunks = get<std::uint32_t>(v, "create-ahead");
+    po_opts.device_index = get<int>(v, "device");
+    if (po_opts.device_index < 0) throw usage_error("--device must be 0 or more");
+    const double step_scale = get<double>(v, "step-time-scale");
+    if (!(step_scale > 0) || !std::isfinite(step_scale)) throw usage_error("--step-time-scale must be positive");
+    const double warmup_fraction = get<double>(v, "warmup-fraction");
+    if (!(warmup_fraction >= 0 && warmup_fraction <= 1)) throw usage_error("--warmup-fraction must be between 0 and 1");
+    const std::uint64_t map_overhead_chunks = get<std::uint64_t>(v, "map-overhead");
+    if (map_overhead_chunks != 0 && (map_overhead_chunks < 128 || map_overhead_chunks > 65536)) {
+      throw usage_error("--map-overhead must be 0 or between 128 and 65536 chunks");
+    }
+    std::vector<std::string> backends{po_opts.backend};
+    const bool comparing = v.count("compare-backends") != 0;
+    if (comparing) {
+      const std::string text = get<std::string>(v, "compare-backends");
+      const auto comma = text.find(',');
+      if (comma == std::string::npos || comma == 0 || comma + 1 == text.size() ||
+          text.find(',', comma + 1) != std::string::npos) {
+        throw usage_error(fmt::format("--compare-backends: '{}' is not two backends A,B (e.g. sim,cuda)", text));
+      }
+      backends = {text.substr(0, comma), text.substr(comma + 1)};
+      if (!v["backend"].defaulted()) throw usage_error("--compare-backends and --backend exclude each other");
+    }
+    for (const std::string& b : backends) {
+      const auto known = backend_names();
+      if (std::find(known.begin(), known.end(), b) == known.end()) {
+        if (b == "cuda") {
+          throw std::runtime_error("the cuda backend is not in this build (no CUDA toolkit at configure time)");
+        }
+        throw usage_error(fmt::format("unknown backend '{}' (this build has: {})", b, fmt::join(known, ", ")));
+      }
+    }
+    const auto emulate_for = [&](const std::string& b) {
+      return v.count("emulate-steps") != 0 ? v["emulate-steps"].as<bool>() : b == "cuda";
+    };
     po_opts.eviction = get<std::string>(v, "eviction");
     const auto partial = partial_page_policy_from_string(get<std::string>(v, "partial"));
     if (!partial) throw usage_error(fmt::format("--partial: '{}' is neither cow nor recompute", get<std::string>(v, "partial")));
@@ -223,20 +501,17 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
 
     // Build everything that can fail on bad input before any output file is opened.
     const std::string policy_name = get<std::string>(v, "policy");
-    const auto policy = sim::make_kv_policy(policy_name, po_opts);
-    const auto reader = traces::open_trace(trace_path, format);
+    for (const std::string& b : backends) {  // options check; a missing GPU fails here, before any replay
+      auto o = po_opts;
+      o.backend = b;
+      (void)sim::make_kv_policy(policy_name, o);
+    }
+    (void)traces::open_trace(trace_path, format);
 
     std::unique_ptr<sim::timeseries_writer> timeseries;
     std::unique_ptr<sim::chrome_trace_writer> chrome;
-    std::vector<sim::replica_observer*> observers;
-    if (v.count("timeseries") != 0) {
-      timeseries = std::make_unique<sim::timeseries_writer>(get<std::string>(v, "timeseries"));
-      observers.push_back(timeseries.get());
-    }
-    if (v.count("chrome-trace") != 0) {
-      chrome = std::make_unique<sim::chrome_trace_writer>(get<std::string>(v, "chrome-trace"));
-      observers.push_back(chrome.get());
-    }
+    if (v.count("timeseries") != 0) timeseries = std::make_unique<sim::timeseries_writer>(get<std::string>(v, "timeseries"));
+    if (v.count("chrome-trace") != 0) chrome = std::make_unique<sim::chrome_trace_writer>(get<std::string>(v, "chrome-trace"));
     const bool tty = &io.err == &std::cerr && isatty(STDERR_FILENO) == 1;
     if (tty) {
       config.progress = [&io](const sim::replay_progress& p) {
@@ -245,10 +520,33 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
                << std::flush;
       };
     }
+    const bool with_wall = !v["no-wall"].as<bool>();
 
-    const sim::replay_summary summary = sim::run_replay(*reader, *policy, config, observers);
-    if (tty) io.err << "\r" << std::string(90, ' ') << "\r" << std::flush;
+    nlohmann::ordered_json overhead;
+    if (map_overhead_chunks != 0) {
+#if VTENSOR_HAVE_CUDA
+      overhead = map_overhead(po_opts.device_index, map_overhead_chunks, io.out);
+#else
+      throw std::runtime_error("--map-overhead needs the cuda backend, which this build lacks");
+#endif
+    }
 
+    const auto replay_on = [&](const std::string& backend, bool last) {
+      auto o = po_opts;
+      o.backend = backend;
+      const auto policy = sim::make_kv_policy(policy_name, o);
+      const auto reader = traces::open_trace(trace_path, format);
+      sim::step_log log(*policy);
+      std::vector<sim::replica_observer*> observers{&log};
+      if (last && timeseries) observers.push_back(timeseries.get());
+      if (last && chrome) observers.push_back(chrome.get());
+      std::optional<sim::step_emulator> emulator;
+      if (emulate_for(backend)) {
+        emulator.emplace(step_scale);
+        observers.push_back(&*emulator);
+      }
+      const sim::replay_summary summary = sim::run_replay(*reader, *policy, config, observers);
+      if (tty) io.err << "\r" << std::string(90, ' ') << "\r" << std::flush;
     nlohmann::ordered_json cfg;
     cfg["trace"] = trace_path;
     cfg["format"] = std::string(traces::to_string(reader->format()));
@@ -270,10 +568,78 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     cfg["over_context"] = std::string(sim::to_string(config.replica.over_context));
     cfg["step_overhead_ms"] = overhead_ms;
     cfg["sample_ms"] = sample_ms;
-    cfg["vmm_critical_path"] = policy->maps_ahead() ? "admissions only (lookahead maps off the step)"
-                                                    : "all VMM calls (synchronous mapping)";
-    const nlohmann::ordered_json json = sim::summary_json(summary, cfg, seed, !v["no-wall"].as<bool>());
-    print_summary(io.out, json);
+    cfg["vmm_critical_path"] = o.lookahead_pages > 0 && o.async_lookahead
+                                   ? "step-thread calls + modelled waits (lookahead mapped by the worker)"
+                                   : "all VMM calls (synchronous mapping)";
+    cfg["vmm_clock"] = "latency model (measured VMM time is reported, never fed to the clock)";
+    cfg["emulate_steps"] = emulator.has_value();
+    cfg["step_time_scale"] = step_scale;
+    cfg["device"] = o.device_index;
+    replay_run run;
+    run.backend = backend;
+    run.json = sim::summary_json(summary, cfg, seed, with_wall);
+    if (const auto* vp = dynamic_cast<const sim::vtensor_policy*>(policy.get())) {
+      run.vmm = vp->report();
+      add_vmm_split(run.json, *run.vmm, summary, sim::creates_after_warmup(log.steps(), warmup_fraction),
+                    warmup_fraction, emulator ? emulator->emulated_ns() : 0, with_wall);
+    }
+    if (!overhead.is_null()) run.json["map_overhead"] = overhead;
+    run.log = log.steps();
+    return run;
+    };
+
+    std::vector<replay_run> runs;
+    for (std::size_t i = 0; i < backends.size(); ++i) {
+      runs.push_back(replay_on(backends[i], i + 1 == backends.size()));
+      if (comparing) io.out << fmt::format("== run {}: backend {}\n", i + 1, backends[i]);
+      print_summary(io.out, runs.back().json);
+      print_vmm_split(io.out, runs.back().json);
+    }
+    nlohmann::ordered_json json = runs.front().json;
+    bool mismatch = false;
+    if (comparing) {
+      const bool with_pool = po_opts.create_ahead_chunks == 0;
+      const auto diff = sim::compare_step_logs(runs[0].log, runs[1].log, with_pool);
+      mismatch = diff.has_value();
+      nlohmann::ordered_json cmp;
+      cmp["backends"] = backends;
+      cmp["steps"] = runs[0].log.size();
+      cmp["identical"] = !mismatch;
+      cmp["first_mismatch"] = diff ? nlohmann::ordered_json(*diff) : nlohmann::ordered_json(nullptr);
+      cmp["compared"] = with_pool ? "batch, timing, physical/mapped/cached/free-pool chunks, used and logical bytes, "
+                                    "fragmentation, cuMemCreate calls, modelled VMM time"
+                                  : "batch, timing, physical chunks net of the free pool (creation ahead runs on wall "
+                                    "time), mapped/cached chunks, used and logical bytes, fragmentation, modelled VMM time";
+      io.out << (mismatch ? fmt::format("compare {} vs {}: MISMATCH at {}\n", backends[0], backends[1], *diff)
+                          : fmt::format("compare {} vs {}: identical over {} steps\n", backends[0], backends[1],
+                                        runs[0].log.size()));
+      if (runs[0].vmm && runs[1].vmm) {
+        // Per call kind: what each run charged (modelled on sim, measured on cuda) for the same calls.
+        const auto& a = *runs[0].vmm;
+        const auto& c = *runs[1].vmm;
+        nlohmann::ordered_json kinds = nlohmann::ordered_json::object();
+        io.out << fmt::format("VMM time per call kind, {} vs {} (both threads; ms, calls):\n", backends[0], backends[1]);
+        for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
+          const std::uint64_t ta = a.step.charged_ns[k] + a.worker.charged_ns[k];
+          const std::uint64_t tb = c.step.charged_ns[k] + c.worker.charged_ns[k];
+          const std::uint64_t na = a.step.calls[k] + a.worker.calls[k];
+          const std::uint64_t nb = c.step.calls[k] + c.worker.calls[k];
+          const std::string kind(to_string(static_cast<vmm_call>(k)));
+          kinds[kind] = {{"calls", {na, nb}}, {"ms", {ms(ta), ms(tb)}},
+                         {"ratio", ta == 0 ? 0.0 : static_cast<double>(tb) / static_cast<double>(ta)}};
+          io.out << fmt::format("  {:<10} {:>10.1f} {:>10.1f}  x{:<6.3f} calls {} / {}\n", kind, ms(ta), ms(tb),
+                                ta == 0 ? 0.0 : static_cast<double>(tb) / static_cast<double>(ta), na, nb);
+        }
+        const std::uint64_t ta = a.step.total_charged_ns() + a.worker.total_charged_ns();
+        const std::uint64_t tb = c.step.total_charged_ns() + c.worker.total_charged_ns();
+        io.out << fmt::format("  {:<10} {:>10.1f} {:>10.1f}  x{:.3f}\n", "total", ms(ta), ms(tb),
+                              ta == 0 ? 0.0 : static_cast<double>(tb) / static_cast<double>(ta));
+        cmp["vmm_by_call"] = kinds;
+        cmp["vmm_total_ms"] = {ms(ta), ms(tb)};
+        cmp["vmm_ratio"] = ta == 0 ? 0.0 : static_cast<double>(tb) / static_cast<double>(ta);
+      }
+      json = nlohmann::ordered_json{{"compare", cmp}, {"runs", {runs[0].json, runs[1].json}}};
+    }
 
     if (v.count("json") != 0) {
       traces::atomic_output_file file(get<std::string>(v, "json"));
@@ -282,7 +648,7 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     }
     if (timeseries) timeseries->commit();
     if (chrome) chrome->commit();
-    return exit_success;
+    return mismatch ? exit_failure : exit_success;
   });
 }
 

@@ -182,7 +182,7 @@ TEST_CASE("replica: requests beyond the context are rejected or truncated keepin
   CHECK(s.counters.admitted_prompt_tokens == 1948 + 1000);
 }
 
-TEST_CASE("replica: synchronous mapping puts VMM time in the step; lookahead leaves only admissions") {
+TEST_CASE("replica: synchronous mapping puts VMM time in the step; async lookahead takes growth off it") {
   const auto path =
       write_trace("vmm.jsonl", {R"({"timestamp": 0, "input_length": 600, "output_length": 2000, "hash_ids": [1, 2]})"});
   auto sync_policy = llama_policy(k_unlimited, false);
@@ -192,11 +192,17 @@ TEST_CASE("replica: synchronous mapping puts VMM time in the step; lookahead lea
   const vmm_counters& vmm = s_sync.final_memory.vmm;
   CHECK(s_sync.counters.vmm_critical_ns == vmm.total_time_ns() - vmm.time_ns_of(vmm_call::unmap));
   auto ahead_policy = sync_policy;
-  ahead_policy.lookahead_pages = 2;
+  ahead_policy.lookahead_pages = 2;  // mapped by the worker (async_lookahead defaults to true)
   auto s_ahead = replay_file(path, ahead_policy, llama_replay());
   CHECK(s_ahead.counters.vmm_critical_ns < s_ahead.final_memory.vmm.total_time_ns());
   CHECK(s_ahead.counters.vmm_critical_ns < s_sync.counters.vmm_critical_ns);
   CHECK(s_ahead.simulated_seconds < s_sync.simulated_seconds);
+  // Synchronous lookahead maps the same pages on the step: no cheaper than no lookahead.
+  auto sync_ahead_policy = ahead_policy;
+  sync_ahead_policy.async_lookahead = false;
+  auto s_sync_ahead = replay_file(path, sync_ahead_policy, llama_replay());
+  CHECK(s_sync_ahead.counters.vmm_critical_ns > s_ahead.counters.vmm_critical_ns);
+  CHECK(s_sync_ahead.counters.vmm_critical_ns >= s_sync.counters.vmm_critical_ns);
   // Zero latency: no VMM time at all.
   auto s_zero = replay_file(path, llama_policy(k_unlimited), llama_replay());
   CHECK(s_zero.counters.vmm_critical_ns == 0);

@@ -1,0 +1,87 @@
+#include "sim/accounting_backend.hpp"
+
+#include <numeric>
+
+namespace vtensor::sim {
+
+std::uint64_t vmm_side::total_charged_ns() const {
+  return std::accumulate(charged_ns.begin(), charged_ns.end(), std::uint64_t{0});
+}
+
+std::uint64_t vmm_side::total_model_ns() const {
+  return std::accumulate(model_ns.begin(), model_ns.end(), std::uint64_t{0});
+}
+
+accounting_backend::accounting_backend(std::unique_ptr<vmm_backend> inner, latency_model model)
+    : backend_adaptor(std::move(inner)), model_(std::move(model)), step_thread_(std::this_thread::get_id()) {}
+
+vmm_side accounting_backend::worker_side() const {
+  vmm_side w;
+  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
+    w.calls[k] = worker_calls_[k].load(std::memory_order_relaxed);
+    w.charged_ns[k] = worker_charged_ns_[k].load(std::memory_order_relaxed);
+    w.model_ns[k] = worker_model_ns_[k].load(std::memory_order_relaxed);
+  }
+  return w;
+}
+
+std::uint64_t accounting_backend::price_ns(vmm_call call, std::uint64_t chunks) const {
+  return model_.cost_ns(call) * chunks;
+}
+
+template <typename F>
+decltype(auto) accounting_backend::booked(vmm_call call, std::uint64_t chunks, F&& fn) {
+  const auto k = static_cast<std::size_t>(call);
+  const std::uint64_t before = inner().counters().time_ns_of(call);
+  struct book_guard {  // books also when the call throws
+    accounting_backend& self;
+    vmm_call call;
+    std::size_t k;
+    std::uint64_t chunks;
+    std::uint64_t before;
+    ~book_guard() {
+      const std::uint64_t charged = self.inner().counters().time_ns_of(call) - before;
+      const std::uint64_t price = self.price_ns(call, chunks);
+      if (std::this_thread::get_id() == self.step_thread_) {
+        ++self.step_.calls[k];
+        self.step_.charged_ns[k] += charged;
+        self.step_.model_ns[k] += price;
+      } else {
+        self.worker_calls_[k].fetch_add(1, std::memory_order_relaxed);
+        self.worker_charged_ns_[k].fetch_add(charged, std::memory_order_relaxed);
+        self.worker_model_ns_[k].fetch_add(price, std::memory_order_relaxed);
+      }
+    }
+  } guard{*this, call, k, chunks, before};
+  return forward(call, std::forward<F>(fn));
+}
+
+device_addr accounting_backend::do_reserve(std::uint64_t bytes) {
+  return booked(vmm_call::reserve, 1, [&] { return inner().reserve(bytes); });
+}
+
+void accounting_backend::do_free_range(device_addr base) {
+  booked(vmm_call::free_range, 1, [&] { inner().free_range(base); });
+}
+
+std::optional<chunk_handle> accounting_backend::do_create_chunk() {
+  return booked(vmm_call::create, 1, [&] { return inner().create_chunk(); });
+}
+
+void accounting_backend::do_release_chunk(chunk_handle h) {
+  booked(vmm_call::release, 1, [&] { inner().release_chunk(h); });
+}
+
+void accounting_backend::do_map(device_addr va, chunk_handle h) {
+  booked(vmm_call::map, 1, [&] { inner().map(va, h); });
+}
+
+void accounting_backend::do_set_access(device_addr va, std::uint64_t bytes) {
+  booked(vmm_call::set_access, bytes / k_chunk_bytes, [&] { inner().set_access(va, bytes); });
+}
+
+void accounting_backend::do_unmap(device_addr va, std::uint64_t bytes) {
+  booked(vmm_call::unmap, bytes / k_chunk_bytes, [&] { inner().unmap(va, bytes); });
+}
+
+}  // namespace vtensor::sim

@@ -1,0 +1,72 @@
+#pragma once
+/// An adaptor that splits VMM calls between the replica's step thread and the mapping worker,
+/// and prices each call twice: what the inner backend charged (modelled on `sim`, measured wall
+/// time on `cuda`) and what the latency model says it costs (Note [Cost per mapping]). The
+/// modelled price drives the simulated clock on every backend, so that a replay over `cuda` makes
+/// the same decisions as one over `sim` (Note [VMM time on the critical path], replica.hpp).
+///
+/// The step thread is the thread that built the adaptor (set_step_thread() changes it); every
+/// other thread counts as the worker. Step-thread figures are plain fields, read by the step
+/// thread; worker figures are atomics, readable from any thread (settled once the worker drained).
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "backends/backend_adaptor.hpp"
+#include "backends/latency_model.hpp"
+
+namespace vtensor::sim {
+
+/// Calls and time of one side (step thread or worker).
+struct vmm_side {
+  std::array<std::uint64_t, k_vmm_call_kinds> calls{};     ///< calls per kind
+  std::array<std::uint64_t, k_vmm_call_kinds> charged_ns{};  ///< charged by the inner backend, per kind
+  std::array<std::uint64_t, k_vmm_call_kinds> model_ns{};    ///< latency-model price, per kind
+  [[nodiscard]] std::uint64_t total_charged_ns() const;
+  [[nodiscard]] std::uint64_t total_model_ns() const;
+};
+
+/// The adaptor; named "accounting(<inner>)".
+class accounting_backend final : public backend_adaptor {
+ public:
+  /// Wraps `inner` (not null); `model` prices the calls.
+  accounting_backend(std::unique_ptr<vmm_backend> inner, latency_model model);
+
+  [[nodiscard]] std::string name() const override { return "accounting(" + inner().name() + ")"; }
+  /// Makes the calling thread the step thread.
+  void set_step_thread() { step_thread_ = std::this_thread::get_id(); }
+  /// The step thread's calls (read from the step thread).
+  [[nodiscard]] const vmm_side& step_side() const { return step_; }
+  /// The worker's calls so far (a consistent total once the worker has drained).
+  [[nodiscard]] vmm_side worker_side() const;
+  /// The latency model that prices calls.
+  [[nodiscard]] const latency_model& model() const { return model_; }
+  /// The model's price of one call of `call` covering `chunks` chunk-sized mappings.
+  [[nodiscard]] std::uint64_t price_ns(vmm_call call, std::uint64_t chunks = 1) const;
+
+ private:
+  [[nodiscard]] device_addr do_reserve(std::uint64_t bytes) override;
+  void do_free_range(device_addr base) override;
+  [[nodiscard]] std::optional<chunk_handle> do_create_chunk() override;
+  void do_release_chunk(chunk_handle h) override;
+  void do_map(device_addr va, chunk_handle h) override;
+  void do_set_access(device_addr va, std::uint64_t bytes) override;
+  void do_unmap(device_addr va, std::uint64_t bytes) override;
+
+  /// Forwards `fn` (a call of kind `call` over `chunks` mappings) and books it to its side.
+  template <typename F>
+  decltype(auto) booked(vmm_call call, std::uint64_t chunks, F&& fn);
+
+  latency_model model_;
+  std::thread::id step_thread_;
+  vmm_side step_;
+  std::array<std::atomic<std::uint64_t>, k_vmm_call_kinds> worker_calls_{};
+  std::array<std::atomic<std::uint64_t>, k_vmm_call_kinds> worker_charged_ns_{};
+  std::array<std::atomic<std::uint64_t>, k_vmm_call_kinds> worker_model_ns_{};
+};
+
+}  // namespace vtensor::sim

@@ -1,0 +1,70 @@
+#pragma once
+/// A per-step record of the replica's batch and the policy's memory, for comparing two replays
+/// of one trace step by step (`vtensor replay --compare-backends sim,cuda`) and for counting
+/// chunk creation after warm-up.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/kv_policy.hpp"
+#include "sim/replica.hpp"
+
+namespace vtensor::sim {
+
+/// One step: the batch and the memory right after it was built.
+struct step_entry {
+  std::uint64_t index = 0;           ///< 0-based
+  time_us start = 0;                 ///< simulated start
+  time_us duration_us = 0;           ///< simulated duration
+  std::uint32_t decode_seqs = 0;     ///< sequences decoding
+  std::uint32_t prefill_seqs = 0;    ///< sequences prefilling
+  std::uint64_t prefill_tokens = 0;  ///< prefill tokens
+  std::uint32_t admitted = 0;        ///< admitted by the step
+  std::uint32_t preempted = 0;       ///< preempted building it
+  std::uint32_t running = 0;         ///< running after admission
+  std::uint32_t waiting = 0;         ///< waiting after admission
+  std::uint64_t physical_chunks = 0;   ///< chunks held
+  std::uint64_t mapped_chunks = 0;     ///< chunks mapped
+  std::uint64_t cached_chunks = 0;     ///< chunks held for the prefix cache only
+  std::uint64_t free_pool_chunks = 0;  ///< idle chunks kept for reuse
+  std::uint64_t used_bytes = 0;        ///< valid KV bytes
+  std::uint64_t logical_bytes = 0;     ///< live tokens x bytes per token
+  double internal_fragmentation = 0;   ///< 1 - used / mapped
+  std::uint64_t chunks_created = 0;    ///< chunks created so far (successful cuMemCreate; the worker's once adopted)
+  std::uint64_t vmm_critical_ns = 0;   ///< modelled VMM time on the step
+};
+
+/// The recording observer; reads the policy's stats after each step is built.
+class step_log final : public replica_observer {
+ public:
+  explicit step_log(const kv_policy& policy) : policy_(policy) {}
+  void on_step(const step_record& s) override;
+  [[nodiscard]] const std::vector<step_entry>& steps() const { return steps_; }
+
+ private:
+  const kv_policy& policy_;
+  std::vector<step_entry> steps_;
+};
+
+/// Compares two logs step by step: batch, timing, chunk counts, bytes and fragmentation must be
+/// identical. With `with_free_pool` false, the free pool (filled by the worker at wall-clock
+/// times when creating ahead) is left out: physical chunks are compared net of it. Returns the
+/// first mismatch ("step 12: mapped_chunks 40 vs 41"), or nullopt when identical.
+[[nodiscard]] std::optional<std::string> compare_step_logs(const std::vector<step_entry>& a,
+                                                           const std::vector<step_entry>& b, bool with_free_pool);
+
+/// Chunk creation after warm-up: warm-up is the first `warmup_steps` steps.
+struct creation_after_warmup {
+  std::uint64_t warmup_steps = 0;    ///< steps counted as warm-up
+  std::uint64_t steps = 0;           ///< steps in all
+  std::uint64_t creates_total = 0;   ///< chunks created in all (at the last step's build)
+  std::uint64_t creates_after = 0;   ///< of which after warm-up
+  std::uint64_t last_create_step = 0;  ///< index of the last step whose build saw a create (0: none)
+};
+
+/// Counts creates after the first ceil(`warmup_fraction` x steps) steps of `log`.
+[[nodiscard]] creation_after_warmup creates_after_warmup(const std::vector<step_entry>& log, double warmup_fraction);
+
+}  // namespace vtensor::sim
