@@ -5,6 +5,28 @@
 
 namespace vtensor {
 
+void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
+  const std::uint64_t chunk = backend.chunk_bytes();
+  std::size_t done_runs = 0;
+  std::size_t done_in_run = 0;
+  try {
+    for (const mapping_run& run : job.runs) {
+      for (done_in_run = 0; done_in_run < run.handles.size(); ++done_in_run) {
+        backend.map(run.va + done_in_run * chunk, run.handles[done_in_run]);
+      }
+      backend.set_access(run.va, run.handles.size() * chunk);
+      ++done_runs;
+      done_in_run = 0;
+    }
+  } catch (...) {
+    for (std::size_t i = 0; i <= done_runs && i < job.runs.size(); ++i) {
+      const std::size_t mapped = i < done_runs ? job.runs[i].handles.size() : done_in_run;
+      if (mapped > 0) backend.unmap(job.runs[i].va, mapped * chunk);
+    }
+    throw;
+  }
+}
+
 async_mapper::async_mapper(vmm_backend& backend, std::mutex& backend_mutex)
     : backend_(backend), backend_mutex_(backend_mutex), thread_([this] { run(); }) {}
 
@@ -83,8 +105,7 @@ void async_mapper::run() {
     try {
       std::lock_guard backend_lock(backend_mutex_);
       const std::uint64_t before = backend_.counters().total_time_ns();
-      for (const auto& [va, h] : job.maps) backend_.map(va, h);
-      for (const auto& [va, bytes] : job.accesses) backend_.set_access(va, bytes);
+      run_mapping_job(backend_, job);
       for (std::uint32_t i = 0; i < job.create_chunks; ++i) {
         auto h = backend_.create_chunk();
         if (!h) break;  // out of memory: creating ahead is best effort
@@ -97,7 +118,7 @@ void async_mapper::run() {
     {
       std::lock_guard lock(mutex_);
       ++counters_.jobs;
-      counters_.mapped_chunks += job.maps.size();
+      counters_.mapped_chunks += job.chunks();
       counters_.created_chunks += created.size();
       counters_.worker_vmm_ns += charged;
       created_.insert(created_.end(), created.begin(), created.end());

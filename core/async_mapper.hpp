@@ -22,13 +22,29 @@
 
 namespace vtensor {
 
-/// Driver work deferred to the worker.
-struct mapping_job {
-  std::vector<std::pair<device_addr, chunk_handle>> maps;        ///< chunk-sized maps, in order
-  std::vector<std::pair<device_addr, std::uint64_t>> accesses;   ///< set-access runs after the maps
-  std::uint32_t create_chunks = 0;                               ///< chunks to create ahead of need
-  [[nodiscard]] bool empty() const { return maps.empty() && create_chunks == 0; }
+/// Chunks mapped at consecutive addresses from `va`, then one set-access over them.
+struct mapping_run {
+  device_addr va = 0;                  ///< address of the first chunk
+  std::vector<chunk_handle> handles;   ///< chunk i goes at va + i x chunk bytes
 };
+
+/// Driver work, built while the pool's bookkeeping is done (Note [Deferred mappings]) and run
+/// afterwards, by the worker or at once: the driver calls go back to back.
+struct mapping_job {
+  std::vector<mapping_run> runs;       ///< maps and set-accesses, in order
+  std::uint32_t create_chunks = 0;     ///< chunks to create ahead of need
+  [[nodiscard]] bool empty() const { return runs.empty() && create_chunks == 0; }
+  /// Chunks the job maps.
+  [[nodiscard]] std::size_t chunks() const {
+    std::size_t n = 0;
+    for (const auto& r : runs) n += r.handles.size();
+    return n;
+  }
+};
+
+/// Runs the driver calls of `job` on `backend` (the caller holds the backend lock). Strong
+/// guarantee: when a call fails, what the job mapped is unmapped before the error propagates.
+void run_mapping_job(vmm_backend& backend, const mapping_job& job);
 
 /// What the worker did and what callers waited.
 struct async_counters {

@@ -112,9 +112,28 @@ mapping& operations::map(device_addr va, chunk_id c, request_id owner, bool shar
   return record_mapping(va, c, owner, shared);
 }
 
-mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job) {
-  job.maps.emplace_back(va, pset_[c].handle);
+mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job,
+                                  bool new_run) {
+  if (new_run || job.runs.empty() ||
+      job.runs.back().va + job.runs.back().handles.size() * geometry_.chunk_bytes() != va) {
+    job.runs.push_back(mapping_run{va, {}});
+  }
+  job.runs.back().handles.push_back(pset_[c].handle);
   return record_mapping(va, c, owner, shared);
+}
+
+void operations::run_now(const mapping_job& job) {
+  vmm([&](vmm_backend& b) { run_mapping_job(b, job); });
+}
+
+void operations::unrecord(mapping& m) {
+  chunk_record& r = pset_[m.chunk];
+  if (m.shared && --r.shared_mappings == 0) --shared_chunks_;
+  r.mappings.erase(r.mappings.iterator_to(m));
+  if (r.mappings.empty()) --mapped_chunks_;
+  const chunk_id c = m.chunk;
+  vset_.recycle(m);
+  pset_.drop_ref(c);
 }
 
 mapping& operations::record_mapping(device_addr va, chunk_id c, request_id owner, bool shared) {
@@ -136,15 +155,7 @@ void operations::make_shared(mapping& m) {
 void operations::unmap_run(std::span<mapping* const> maps) {
   if (maps.empty()) return;
   vmm([&](vmm_backend& b) { b.unmap(maps.front()->va, maps.size() * geometry_.chunk_bytes()); });
-  for (mapping* m : maps) {
-    chunk_record& r = pset_[m->chunk];
-    if (m->shared && --r.shared_mappings == 0) --shared_chunks_;
-    r.mappings.erase(r.mappings.iterator_to(*m));
-    if (r.mappings.empty()) --mapped_chunks_;
-    const chunk_id c = m->chunk;
-    vset_.recycle(*m);
-    pset_.drop_ref(c);
-  }
+  for (mapping* m : maps) unrecord(*m);
 }
 
 void operations::record_page(radix_node& node, page_version version) {

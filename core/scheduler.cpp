@@ -82,9 +82,10 @@ std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64
 }
 
 // Maps `chunks` (page-major: page i's chunk of tensor t is chunks[i * tensors + t]) as the pages
-// following the request's mapped ones, the first `shared_count` of them shared. One set-access
-// per tensor covers the new run. `deferred`: the driver calls go to the worker (Note [Deferred
-// mappings]). Strong guarantee: on a failure, what it mapped is unmapped.
+// following the request's mapped ones, the first `shared_count` of them shared. The bookkeeping
+// is done first and the driver calls then run back to back, one set-access per tensor over the
+// new run: at once, or on the worker when `deferred` (Note [Deferred mappings]). Strong
+// guarantee: on a failure nothing of it stays mapped or recorded.
 void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count,
                           bool deferred) {
   const std::uint32_t tensors = geometry_.tensors();
@@ -93,43 +94,28 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
   const auto pages = static_cast<std::uint32_t>(chunks.size() / tensors);
   if (pages == 0) return;
   r.maps.resize(std::size_t{first + pages} * tensors, nullptr);
+  mapping_job job;
+  job.runs.reserve(tensors);
+  for (std::uint32_t t = 0; t < tensors; ++t) {
+    for (std::uint32_t i = 0; i < pages; ++i) {
+      const std::uint32_t p = first + i;
+      r.maps[std::size_t{p} * tensors + t] =
+          &ops_.map_deferred(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count, job,
+                             i == 0);  // one run, and one set-access, per tensor
+    }
+  }
   if (deferred) {
-    mapping_job job;
-    job.maps.reserve(chunks.size());
-    for (std::uint32_t t = 0; t < tensors; ++t) {
-      for (std::uint32_t i = 0; i < pages; ++i) {
-        const std::uint32_t p = first + i;
-        r.maps[std::size_t{p} * tensors + t] =
-            &ops_.map_deferred(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count,
-                               job);
-      }
-      job.accesses.emplace_back(r.page_addr(t, first, chunk), pages * chunk);
-    }
     r.ticket = ops_.submit(std::move(job));
-    r.mapped_pages = first + pages;
-    return;
-  }
-  try {
-    for (std::uint32_t t = 0; t < tensors; ++t) {
-      for (std::uint32_t i = 0; i < pages; ++i) {
-        const std::uint32_t p = first + i;
-        r.maps[std::size_t{p} * tensors + t] =
-            &ops_.map(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count);
-      }
-      ops_.set_access(r.page_addr(t, first, chunk), pages * chunk);
+  } else {
+    try {
+      ops_.run_now(job);
+    } catch (...) {
+      for (std::size_t k = std::size_t{first} * tensors; k < r.maps.size(); ++k) ops_.unrecord(*r.maps[k]);
+      r.maps.resize(std::size_t{first} * tensors);
+      throw;
     }
-  } catch (...) {
-    for (std::uint32_t t = 0; t < tensors; ++t) {
-      run_.clear();
-      for (std::uint32_t p = first; p < first + pages && r.maps[std::size_t{p} * tensors + t] != nullptr; ++p) {
-        run_.push_back(r.maps[std::size_t{p} * tensors + t]);
-      }
-      ops_.unmap_run(run_);
-    }
-    r.maps.resize(std::size_t{first} * tensors);
-    throw;
+    if (r.ready_pages == first) r.ready_pages = first + pages;
   }
-  if (r.ready_pages == first) r.ready_pages = first + pages;
   r.mapped_pages = first + pages;
 }
 

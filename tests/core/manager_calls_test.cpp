@@ -12,6 +12,7 @@ using namespace vtensor;
 using vtensor::testing::recording_backend;
 using calls = std::vector<std::string>;
 
+
 namespace {
 
 // One layer, one 128-dim KV head, bf16, K/V split: 2 tensors of 256 bytes a token, 8192 tokens a
