@@ -23,7 +23,8 @@ operations::operations(vmm_backend& backend, const kv_geometry& geometry, std::u
       geometry_(geometry),
       vtensor_bytes_(vtensor_bytes),
       range_cache_limit_(range_cache),
-      tree_(std::move(eviction)) {
+      tree_(std::move(eviction)),
+      capacity_chunks_(backend.capacity_chunks()) {
   if (backend_.granularity_bytes() != geometry_.chunk_bytes()) {
     throw std::invalid_argument(fmt::format("backend '{}' maps in {} byte units; vtensor needs {}", backend_.name(),
                                             backend_.granularity_bytes(), geometry_.chunk_bytes()));
@@ -38,6 +39,9 @@ std::optional<chunk_id> operations::alloc_chunk() {
     ++counters_.pool_hits;
     return c;
   }
+  // At the device's capacity a create can only fail: the driver is not asked (as on cuda, whose
+  // cap is checked before the driver), so that no VMM time is charged for it either.
+  if (pset_.live() >= capacity_chunks_) return std::nullopt;
   auto h = vmm([](vmm_backend& b) { return b.create_chunk(); });
   if (!h) return std::nullopt;
   ++counters_.chunks_created;

@@ -173,6 +173,7 @@ class operations {
   vset vset_;  // declared before pset_: chunk records unlink their mapping lists first
   pset pset_;
   radix_tree tree_;
+  std::uint64_t capacity_chunks_;  // the backend's, read once
   std::vector<device_addr> range_cache_;
   device_addr scratch_ = 0;
   device_copy_fn copy_;
