@@ -38,10 +38,14 @@ void chrome_trace_writer::on_step(const step_record& s) {
       s.compute_us, s.memory_us, static_cast<double>(s.vmm_critical_ns) / 1000.0, s.running, s.waiting));
   if (s.vmm_total_ns > 0) {
     const time_us critical_us = (s.vmm_critical_ns + 999) / 1000;
+    std::string calls;
+    for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
+      if (s.vmm_calls[k] != 0) calls += fmt::format(R"j(,"{}":{})j", to_string(static_cast<vmm_call>(k)), s.vmm_calls[k]);
+    }
     event(fmt::format(
-        R"j({{"name":"vmm","ph":"X","pid":1,"tid":2,"ts":{},"dur":{},"args":{{"critical_us":{:.1f},"charged_us":{:.1f}}}}})j",
+        R"j({{"name":"vmm","ph":"X","pid":1,"tid":2,"ts":{},"dur":{},"args":{{"critical_us":{:.1f},"charged_us":{:.1f}{}}}}})j",
         s.start, critical_us, static_cast<double>(s.vmm_critical_ns) / 1000.0,
-        static_cast<double>(s.vmm_total_ns) / 1000.0));
+        static_cast<double>(s.vmm_total_ns) / 1000.0, calls));
   }
 }
 

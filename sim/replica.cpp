@@ -256,6 +256,9 @@ void replica::start_step() {
   rec.memory_us = cost.memory_s * 1e6;
   rec.vmm_critical_ns = critical_ns;
   rec.vmm_total_ns = vmm_end - vmm_start + pending_release_vmm_ns_;
+  const auto calls_now = policy_.stats().vmm.calls;
+  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
+  last_step_calls_ = calls_now;
   rec.running = static_cast<std::uint32_t>(running_.size());
   rec.waiting = static_cast<std::uint32_t>(waiting_.size());
   pending_release_ns_ = 0;

@@ -51,6 +51,7 @@
 /// tokens (and the block keys covering them), or rejects when the output alone does not fit.
 
 #include <chrono>
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -96,6 +97,7 @@ struct step_record {
   double memory_us = 0;              ///< roofline memory side
   std::uint64_t vmm_critical_ns = 0;  ///< VMM time added to the step
   std::uint64_t vmm_total_ns = 0;     ///< VMM time charged while building it (critical or not)
+  std::array<std::uint64_t, k_vmm_call_kinds> vmm_calls{};  ///< VMM calls by kind since the previous step was built
   std::uint32_t running = 0;         ///< running after admission
   std::uint32_t waiting = 0;         ///< waiting after admission
 };
@@ -207,6 +209,7 @@ class replica {
   std::vector<batch_entry> batch_;
   bool in_step_ = false;
   std::uint64_t pending_release_ns_ = 0;      // critical VMM time of releases since the last step was built
+  std::array<std::uint64_t, k_vmm_call_kinds> last_step_calls_{};  // VMM calls when the previous step was built
   std::uint64_t pending_release_vmm_ns_ = 0;  // all VMM time of those releases
   std::uint32_t step_preempted_ = 0;
   std::chrono::steady_clock::time_point step_wall_start_;  // measured only, never decides
