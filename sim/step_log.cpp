@@ -8,6 +8,11 @@ namespace vtensor::sim {
 
 void step_log::on_step(const step_record& s) {
   const kv_stats m = policy_.stats();
+  ++step_count_;
+  if (m.chunks_created != (creations_.empty() ? 0 : creations_.back().created)) {
+    creations_.push_back({s.index, m.chunks_created});
+  }
+  if (!keep_steps_) return;
   step_entry e;
   e.index = s.index;
   e.start = s.start;
@@ -72,18 +77,20 @@ std::optional<std::string> compare_step_logs(const std::vector<step_entry>& a, c
   return std::nullopt;
 }
 
-creation_after_warmup creates_after_warmup(const std::vector<step_entry>& log, double warmup_fraction) {
+creation_after_warmup step_log::creation(double warmup_fraction) const {
   creation_after_warmup c;
-  c.steps = log.size();
-  if (log.empty()) return c;
+  c.steps = step_count_;
+  if (step_count_ == 0) return c;
   c.warmup_steps = std::min<std::uint64_t>(
       c.steps, static_cast<std::uint64_t>(std::ceil(std::max(0.0, warmup_fraction) * static_cast<double>(c.steps))));
-  c.creates_total = log.back().chunks_created;
-  const std::uint64_t at_warmup = c.warmup_steps == 0 ? 0 : log[c.warmup_steps - 1].chunks_created;
-  c.creates_after = c.creates_total - at_warmup;
-  for (std::size_t i = 1; i < log.size(); ++i) {
-    if (log[i].chunks_created != log[i - 1].chunks_created) c.last_create_step = log[i].index;
+  c.creates_total = creations_.empty() ? 0 : creations_.back().created;
+  std::uint64_t at_warmup = 0;  // created by the end of the warm-up's last step
+  for (const creation_point& p : creations_) {
+    if (p.step >= c.warmup_steps) break;
+    at_warmup = p.created;
   }
+  c.creates_after = c.creates_total - at_warmup;
+  c.last_create_step = creations_.empty() ? 0 : creations_.back().step;
   return c;
 }
 

@@ -36,25 +36,6 @@ struct step_entry {
   std::uint64_t vmm_critical_ns = 0;   ///< modelled VMM time on the step
 };
 
-/// The recording observer; reads the policy's stats after each step is built.
-class step_log final : public replica_observer {
- public:
-  explicit step_log(const kv_policy& policy) : policy_(policy) {}
-  void on_step(const step_record& s) override;
-  [[nodiscard]] const std::vector<step_entry>& steps() const { return steps_; }
-
- private:
-  const kv_policy& policy_;
-  std::vector<step_entry> steps_;
-};
-
-/// Compares two logs step by step: batch, timing, chunk counts, bytes and fragmentation must be
-/// identical. With `with_free_pool` false, the free pool (filled by the worker at wall-clock
-/// times when creating ahead) is left out: physical chunks are compared net of it. Returns the
-/// first mismatch ("step 12: mapped_chunks 40 vs 41"), or nullopt when identical.
-[[nodiscard]] std::optional<std::string> compare_step_logs(const std::vector<step_entry>& a,
-                                                           const std::vector<step_entry>& b, bool with_free_pool);
-
 /// Chunk creation after warm-up: warm-up is the first `warmup_steps` steps.
 struct creation_after_warmup {
   std::uint64_t warmup_steps = 0;    ///< steps counted as warm-up
@@ -64,7 +45,36 @@ struct creation_after_warmup {
   std::uint64_t last_create_step = 0;  ///< index of the last step whose build saw a create (0: none)
 };
 
-/// Counts creates after the first ceil(`warmup_fraction` x steps) steps of `log`.
-[[nodiscard]] creation_after_warmup creates_after_warmup(const std::vector<step_entry>& log, double warmup_fraction);
+/// The recording observer; reads the policy's stats after each step is built. It always keeps
+/// the steps at which chunk creation moved (few: creation stops after warm-up); it keeps every
+/// step only when asked to (`keep_steps`, for a comparison): a replay of a million requests runs
+/// tens of millions of steps.
+class step_log final : public replica_observer {
+ public:
+  step_log(const kv_policy& policy, bool keep_steps) : policy_(policy), keep_steps_(keep_steps) {}
+  void on_step(const step_record& s) override;
+  /// Every step, when kept.
+  [[nodiscard]] const std::vector<step_entry>& steps() const { return steps_; }
+  /// Creates after the first ceil(`warmup_fraction` x steps) steps.
+  [[nodiscard]] creation_after_warmup creation(double warmup_fraction) const;
+
+ private:
+  struct creation_point {
+    std::uint64_t step = 0;     // index of the step whose build saw chunks created
+    std::uint64_t created = 0;  // chunks created so far at that step
+  };
+  const kv_policy& policy_;
+  bool keep_steps_;
+  std::uint64_t step_count_ = 0;
+  std::vector<creation_point> creations_;
+  std::vector<step_entry> steps_;
+};
+
+/// Compares two logs step by step: batch, timing, chunk counts, bytes and fragmentation must be
+/// identical. With `with_free_pool` false, the free pool (filled by the worker at wall-clock
+/// times when creating ahead) is left out: physical chunks are compared net of it. Returns the
+/// first mismatch ("step 12: mapped_chunks 40 vs 41"), or nullopt when identical.
+[[nodiscard]] std::optional<std::string> compare_step_logs(const std::vector<step_entry>& a,
+                                                           const std::vector<step_entry>& b, bool with_free_pool);
 
 }  // namespace vtensor::sim

@@ -576,7 +576,7 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
       o.backend = backend;
       const auto policy = sim::make_kv_policy(policy_name, o);
       const auto reader = traces::open_trace(trace_path, format);
-      sim::step_log log(*policy);
+      sim::step_log log(*policy, comparing);
       std::vector<sim::replica_observer*> observers{&log};
       if (last && timeseries) observers.push_back(timeseries.get());
       if (last && chrome) observers.push_back(chrome.get());
@@ -620,7 +620,7 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     run.json = sim::summary_json(summary, cfg, seed, with_wall);
     if (const auto* vp = dynamic_cast<const sim::vtensor_policy*>(policy.get())) {
       run.vmm = vp->report();
-      add_vmm_split(run.json, *run.vmm, summary, sim::creates_after_warmup(log.steps(), warmup_fraction),
+      add_vmm_split(run.json, *run.vmm, summary, log.creation(warmup_fraction),
                     warmup_fraction, emulator ? emulator->emulated_ns() : 0, with_wall);
     }
     if (!overhead.is_null()) run.json["map_overhead"] = overhead;
