@@ -2,6 +2,7 @@
 // seed, the Mooncake conversation trace against its infinite-cache bound, the Azure trace
 // (no prefix identity) at 0, and `vtensor replay` options, errors and outputs.
 
+#include "tests/support/cli_run.hpp"
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -19,18 +20,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct cli_result {
-  int code;
-  std::string out;
-  std::string err;
-};
+using vtensor::testing::cli_result;
 
-cli_result run(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  const int code = tools::run_cli(args, {out, err});
-  return {code, out.str(), err.str()};
-}
+cli_result run(const std::vector<std::string>& args) { return vtensor::testing::run_cli(args); }
 
 std::string golden_trace() { return VTENSOR_SOURCE_DIR "/tests/data/sim/mooncake_first_100.jsonl"; }
 std::string shared_trace(const std::string& name) { return VTENSOR_SHARED_DIR "/traces/" + name; }

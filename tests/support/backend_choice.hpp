@@ -41,4 +41,18 @@ inline std::unique_ptr<vmm_backend> make_backend_or_skip(const std::string& name
 #endif
 }
 
+/// Whether this machine has a GPU the cuda backend can open.
+inline bool gpu_present() {
+#if VTENSOR_HAVE_CUDA
+  try {
+    const cuda_backend probe(0, k_chunk_bytes);
+    return true;
+  } catch (const cuda_unavailable&) {
+    return false;
+  }
+#else
+  return false;
+#endif
+}
+
 }  // namespace vtensor::testing

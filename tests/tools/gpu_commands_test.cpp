@@ -2,6 +2,7 @@
 // failure without a GPU (CI has none). On a GPU they are run by hand (results/gpu/).
 
 #include "tools/cli.hpp"
+#include "tests/support/backend_choice.hpp"
 #include "tests/support/cli_run.hpp"
 #include "tools/gpu_kernels.hpp"
 
@@ -27,18 +28,7 @@ using result = vtensor::testing::cli_result;
 
 result run(const std::vector<std::string>& args) { return vtensor::testing::run_cli(args); }
 
-bool gpu_present() {
-#if VTENSOR_HAVE_CUDA
-  try {
-    vtensor::cuda_backend probe(0, vtensor::k_chunk_bytes);
-    return true;
-  } catch (const vtensor::cuda_unavailable&) {
-    return false;
-  }
-#else
-  return false;
-#endif
-}
+using vtensor::testing::gpu_present;
 
 }  // namespace
 

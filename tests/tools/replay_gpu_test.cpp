@@ -2,6 +2,7 @@
 // comparison of two backends (sim against sim must be identical), and the clean failure without
 // a GPU (CI has none). On a GPU the cuda replays run by hand (results/gpu/).
 
+#include "tests/support/backend_choice.hpp"
 #include "tests/support/cli_run.hpp"
 
 #include "backends/vmm_backend.hpp"
@@ -41,18 +42,7 @@ fs::path temp(const std::string& name) {
   return dir / name;
 }
 
-bool gpu_present() {
-#if VTENSOR_HAVE_CUDA
-  try {
-    vtensor::cuda_backend probe(0, vtensor::k_chunk_bytes);
-    return true;
-  } catch (const vtensor::cuda_unavailable&) {
-    return false;
-  }
-#else
-  return false;
-#endif
-}
+using vtensor::testing::gpu_present;
 
 }  // namespace
 
