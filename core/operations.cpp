@@ -111,11 +111,6 @@ void operations::free_range(device_addr base) {
   }
 }
 
-mapping& operations::map(device_addr va, chunk_id c, request_id owner, bool shared) {
-  vmm([&](vmm_backend& b) { b.map(va, pset_[c].handle); });
-  return record_mapping(va, c, owner, shared);
-}
-
 mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job,
                                   bool new_run) {
   if (new_run || job.runs.empty() ||
@@ -212,10 +207,6 @@ std::size_t operations::trim() {
     scratch_ = 0;
   }
   return released;
-}
-
-void operations::set_access(device_addr va, std::uint64_t bytes) {
-  vmm([&](vmm_backend& b) { b.set_access(va, bytes); });
 }
 
 void operations::enable_async() {

@@ -76,8 +76,6 @@ class operations {
   void untrack_all() { vset_.clear_ranges(); }
 
   // --- mapping ---
-  /// Maps `c` at `va` for `owner` and records it in vSet/pSet (+1 reference). Access is not set.
-  mapping& map(device_addr va, chunk_id c, request_id owner, bool shared);
   /// Records a mapping of `c` at `va` now and defers the driver's map into `job` (Note [Deferred
   /// mappings] in async_mapper.hpp): appended to the job's last run when it follows it, unless
   /// `new_run` (each run ends with its own set-access).
@@ -87,8 +85,6 @@ class operations {
   void run_now(const mapping_job& job);
   /// Undoes the bookkeeping of a mapping whose driver call never happened or was undone.
   void unrecord(mapping& m);
-  /// Grants access to mapped `[va, va + bytes)`.
-  void set_access(device_addr va, std::uint64_t bytes);
 
   // --- asynchronous worker (off unless enable_async) ---
   /// Starts the mapping worker.

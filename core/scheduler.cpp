@@ -122,15 +122,10 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
 // Keeps `lookahead_pages` pages mapped past the `needed` ones, best effort (no eviction for
 // speculation); through the worker when asynchronous.
 void scheduler::top_up(vtensor_record& r, std::uint32_t needed) {
-  const std::uint32_t target = std::min(needed + config_.lookahead_pages, max_pages(r));
+  const std::uint32_t target = lookahead_target(r, needed);
   if (r.mapped_pages >= target) return;
   std::vector<chunk_id> chunks;
-  for (std::uint32_t p = r.mapped_pages; p < target; ++p) {
-    if (!ops_.alloc_chunks(geometry_.tensors(), false, chunks)) {
-      counters_.lookahead_misses += target - p;
-      break;
-    }
-  }
+  alloc_ahead(target - r.mapped_pages, chunks);
   try {
     map_pages(r, chunks, 0, ops_.async());
   } catch (...) {
@@ -139,12 +134,14 @@ void scheduler::top_up(vtensor_record& r, std::uint32_t needed) {
   }
 }
 
-void scheduler::alloc_lookahead(const vtensor_record& r, std::uint32_t needed_pages, std::vector<chunk_id>& chunks) {
-  const std::uint32_t limit = max_pages(r);
-  const std::uint32_t want = std::min(config_.lookahead_pages, limit > needed_pages ? limit - needed_pages : 0);
-  for (std::uint32_t i = 0; i < want; ++i) {
+std::uint32_t scheduler::lookahead_target(const vtensor_record& r, std::uint32_t needed) const {
+  return std::min(needed + config_.lookahead_pages, std::max(needed, max_pages(r)));
+}
+
+void scheduler::alloc_ahead(std::uint32_t pages, std::vector<chunk_id>& chunks) {
+  for (std::uint32_t i = 0; i < pages; ++i) {
     if (!ops_.alloc_chunks(geometry_.tensors(), false, chunks)) {
-      counters_.lookahead_misses += want - i;
+      counters_.lookahead_misses += pages - i;
       return;
     }
   }
@@ -192,7 +189,7 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
   }
   // Lookahead pages join the same mapping run, or go to the worker when asynchronous.
   const std::size_t required = chunks.size();
-  alloc_lookahead(rec, needed, chunks);
+  alloc_ahead(lookahead_target(rec, needed) - needed, chunks);
   const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
   const std::span<const chunk_id> now(chunks.begin(), ops_.async() ? required : chunks.size());
   try {
@@ -303,7 +300,7 @@ alloc_status scheduler::extend(request_id id, std::uint64_t tokens) {
       ++counters_.preemption_signals;
       return alloc_status::needs_preemption;
     }
-    if (!ops_.async()) alloc_lookahead(r, needed, chunks);
+    if (!ops_.async()) alloc_ahead(lookahead_target(r, needed) - needed, chunks);
     try {
       map_pages(r, chunks, 0, false);
     } catch (...) {

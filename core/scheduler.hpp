@@ -113,7 +113,10 @@ class scheduler {
   std::uint32_t max_pages(const vtensor_record& r) const;
   void map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count, bool deferred);
   void top_up(vtensor_record& r, std::uint32_t needed);
-  void alloc_lookahead(const vtensor_record& r, std::uint32_t needed_pages, std::vector<chunk_id>& chunks);
+  /// Pages to have mapped when `needed` are: k more, within the request's reservation.
+  [[nodiscard]] std::uint32_t lookahead_target(const vtensor_record& r, std::uint32_t needed) const;
+  /// Takes chunks for up to `pages` lookahead pages, best effort (no eviction for speculation).
+  void alloc_ahead(std::uint32_t pages, std::vector<chunk_id>& chunks);
   void release(vtensor_record& r);
   void unmap_all(vtensor_record& r);
   void record_prefix(vtensor_record& r, std::span<const token_block> extra);
