@@ -3,9 +3,9 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <array>
 #include <map>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <cuda.h>
 #include <fmt/format.h>
@@ -49,19 +49,49 @@ struct cuda_backend::state {
   int driver_version = 0;
   std::uint64_t granularity = 0;
   std::uint64_t capacity_chunks = 0;
+  // Note [Tracking on the map path]
+  // Each driver call (an ioctl) leaves the calling thread's caches cold, so every cache line the
+  // backend touches between two calls costs a miss: with node-based hash maps for chunks and
+  // mappings, that host work was about 1 us a chunk on the H200 machine, 3% of a map +
+  // set-access (results/gpu/2026-12-02-h200-map-overhead-2.txt). So a range keeps what is mapped
+  // in it as a two-level table of handles indexed by chunk (leaves of 512 slots, allocated when
+  // first used), the range last used is looked at first, and a chunk's record holds its mapping
+  // count: a map touches about four lines, a set-access two.
   struct range_info {
-    std::uint64_t bytes = 0;         // size of the range
-    std::uint64_t mapped_spans = 0;  // chunk-sized mappings inside it
+    static constexpr std::uint64_t k_leaf = 512;
+    using leaf = std::array<std::uint64_t, k_leaf>;  // handle mapped at each chunk (0: none)
+    std::uint64_t bytes = 0;                          // size of the range
+    std::uint64_t mapped_spans = 0;                   // chunk-sized mappings inside it
+    std::vector<std::unique_ptr<leaf>> leaves;
+    std::uint64_t& slot(std::uint64_t index) {
+      auto& l = leaves[index / k_leaf];
+      if (!l) l = std::make_unique<leaf>();
+      return (*l)[index % k_leaf];
+    }
+    [[nodiscard]] std::uint64_t at(std::uint64_t index) const {
+      const auto& l = leaves[index / k_leaf];
+      return l ? (*l)[index % k_leaf] : 0;
+    }
   };
-  std::map<device_addr, range_info> ranges;                 // reserved ranges by base
-  std::unordered_set<std::uint64_t> chunks;                 // live handles
-  std::unordered_map<device_addr, std::uint64_t> mapped;    // chunk-aligned va -> handle
-  std::unordered_map<std::uint64_t, std::uint32_t> mapped_at;  // handle -> addresses it is mapped at
+  using range_map = std::map<device_addr, range_info>;
+  range_map ranges;                                         // reserved ranges by base
+  range_map::iterator last_range = ranges.end();            // the range a call used last
+  std::unordered_map<std::uint64_t, std::uint32_t> chunks;  // live handle -> addresses it is mapped at
+  std::uint64_t mappings = 0;                               // chunk-sized mappings in all
+  std::vector<cuda_call_record>* call_log = nullptr;         // measurement only
+  CUmemAccessDesc access{};                                  // read-write for this device
 
   std::string error_name(CUresult r) const {
     const char* name = nullptr;
     if (api.cuGetErrorName_ != nullptr && api.cuGetErrorName_(r, &name) == CUDA_SUCCESS && name != nullptr) return name;
     return fmt::format("CUresult {}", static_cast<int>(r));
+  }
+  void log(vmm_call call, device_addr va, std::uint64_t bytes, std::uint64_t handle, steady::time_point t0,
+           steady::time_point t1) const {
+    const auto ns = [](steady::time_point t) {
+      return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    call_log->push_back({call, va, bytes, chunk_handle{handle}, ns(t0), ns(t1)});
   }
   void check(CUresult r, vmm_call call, device_addr addr, const char* fn) const {
     if (r != CUDA_SUCCESS) throw vmm_error(call, addr, fmt::format("{} failed: {}", fn, error_name(r)));
@@ -74,11 +104,16 @@ struct cuda_backend::state {
       current = context;
     }
   }
-  std::map<device_addr, range_info>::iterator range_holding(device_addr va, std::uint64_t bytes) {
+  /// The range holding [va, va + bytes), or ranges.end().
+  range_map::iterator range_holding(device_addr va, std::uint64_t bytes) {
+    const auto inside = [&](range_map::iterator it) { return va >= it->first && va + bytes <= it->first + it->second.bytes; };
+    if (last_range != ranges.end() && inside(last_range)) return last_range;
     auto it = ranges.upper_bound(va);
     if (it == ranges.begin()) return ranges.end();
     --it;
-    return va + bytes <= it->first + it->second.bytes ? it : ranges.end();
+    if (!inside(it)) return ranges.end();
+    last_range = it;
+    return it;
   }
 };
 
@@ -126,6 +161,9 @@ cuda_backend::cuda_backend(int device_index, std::uint64_t capacity_bytes) : s_(
     throw cuda_unavailable(fmt::format("cuda backend: granularity {} does not divide the 2 MiB chunk", granularity));
   }
   s_->granularity = k_chunk_bytes;
+  s_->access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  s_->access.location.id = s_->ordinal;
+  s_->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   const std::uint64_t budget = capacity_bytes != 0 ? capacity_bytes : mem_info().free_bytes;
   s_->capacity_chunks = budget / k_chunk_bytes;
 }
@@ -155,7 +193,10 @@ device_addr cuda_backend::do_reserve(std::uint64_t bytes) {
   const CUresult r = s_->api.cuMemAddressReserve_(&ptr, bytes, k_chunk_bytes, 0, 0);
   charge(vmm_call::reserve, elapsed_ns(t0));
   s_->check(r, vmm_call::reserve, 0, "cuMemAddressReserve");
-  s_->ranges.emplace(ptr, state::range_info{bytes, 0});
+  state::range_info info;
+  info.bytes = bytes;
+  info.leaves.resize((bytes / k_chunk_bytes + state::range_info::k_leaf - 1) / state::range_info::k_leaf);
+  s_->ranges.emplace(ptr, std::move(info));
   return ptr;
 }
 
@@ -171,6 +212,7 @@ void cuda_backend::do_free_range(device_addr base) {
   const CUresult r = s_->api.cuMemAddressFree_(base, it->second.bytes);
   charge(vmm_call::free_range, elapsed_ns(t0));
   s_->check(r, vmm_call::free_range, base, "cuMemAddressFree");
+  if (s_->last_range == it) s_->last_range = s_->ranges.end();
   s_->ranges.erase(it);
 }
 
@@ -187,65 +229,72 @@ std::optional<chunk_handle> cuda_backend::do_create_chunk() {
   charge(vmm_call::create, elapsed_ns(t0));
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
   s_->check(r, vmm_call::create, 0, "cuMemCreate");
-  s_->chunks.insert(h);
+  s_->chunks.emplace(h, 0);
   return chunk_handle{h};
 }
 
 void cuda_backend::do_release_chunk(chunk_handle h) {
-  if (!s_->chunks.contains(h.value)) {
+  auto chunk = s_->chunks.find(h.value);
+  if (chunk == s_->chunks.end()) {
     throw vmm_error(vmm_call::release, 0, fmt::format("chunk {:#x} is unknown or already released", h.value));
   }
-  if (auto it = s_->mapped_at.find(h.value); it != s_->mapped_at.end() && it->second > 0) {
-    throw vmm_error(vmm_call::release, 0, fmt::format("chunk {:#x} is still mapped at {} addresses", h.value, it->second));
+  if (chunk->second > 0) {
+    throw vmm_error(vmm_call::release, 0, fmt::format("chunk {:#x} is still mapped at {} addresses", h.value, chunk->second));
   }
   s_->make_current();
   const auto t0 = steady::now();
   const CUresult r = s_->api.cuMemRelease_(h.value);
   charge(vmm_call::release, elapsed_ns(t0));
   s_->check(r, vmm_call::release, 0, "cuMemRelease");
-  s_->chunks.erase(h.value);
-  s_->mapped_at.erase(h.value);
+  s_->chunks.erase(chunk);
 }
 
 void cuda_backend::do_map(device_addr va, chunk_handle h) {
   auto range = s_->range_holding(va, k_chunk_bytes);
   if (range == s_->ranges.end()) throw vmm_error(vmm_call::map, va, "span not inside a reserved range");
-  if (!s_->chunks.contains(h.value)) {
+  auto chunk = s_->chunks.find(h.value);
+  if (chunk == s_->chunks.end()) {
     throw vmm_error(vmm_call::map, va, fmt::format("chunk {:#x} is unknown or released", h.value));
   }
-  if (s_->mapped.contains(va)) throw vmm_error(vmm_call::map, va, "span already mapped");
+  std::uint64_t& slot = range->second.slot((va - range->first) / k_chunk_bytes);
+  if (slot != 0) throw vmm_error(vmm_call::map, va, "span already mapped");
   s_->make_current();
   const auto t0 = steady::now();
   const CUresult r = s_->api.cuMemMap_(va, k_chunk_bytes, 0, h.value, 0);
-  charge(vmm_call::map, elapsed_ns(t0));
+  const auto t1 = steady::now();
+  charge(vmm_call::map, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+  if (s_->call_log != nullptr) s_->log(vmm_call::map, va, k_chunk_bytes, h.value, t0, t1);
   s_->check(r, vmm_call::map, va, "cuMemMap");
-  s_->mapped.emplace(va, h.value);
-  ++s_->mapped_at[h.value];
+  slot = h.value;
+  ++chunk->second;
   ++range->second.mapped_spans;
+  ++s_->mappings;
 }
 
 void cuda_backend::do_set_access(device_addr va, std::uint64_t bytes) {
+  auto range = s_->range_holding(va, bytes);
   for (std::uint64_t off = 0; off < bytes; off += k_chunk_bytes) {
-    if (!s_->mapped.contains(va + off)) {
+    if (range == s_->ranges.end() || range->second.at((va + off - range->first) / k_chunk_bytes) == 0) {
       throw vmm_error(vmm_call::set_access, va + off, "span not mapped");
     }
   }
   s_->make_current();
-  CUmemAccessDesc desc{};
-  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  desc.location.id = s_->ordinal;
-  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   const auto t0 = steady::now();
-  const CUresult r = s_->api.cuMemSetAccess_(va, bytes, &desc, 1);
-  charge(vmm_call::set_access, elapsed_ns(t0));
+  const CUresult r = s_->api.cuMemSetAccess_(va, bytes, &s_->access, 1);
+  const auto t1 = steady::now();
+  charge(vmm_call::set_access,
+         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+  if (s_->call_log != nullptr) s_->log(vmm_call::set_access, va, bytes, 0, t0, t1);
   s_->check(r, vmm_call::set_access, va, "cuMemSetAccess");
 }
 
 void cuda_backend::do_unmap(device_addr va, std::uint64_t bytes) {
-  for (std::uint64_t off = 0; off < bytes; off += k_chunk_bytes) {
-    if (!s_->mapped.contains(va + off)) throw vmm_error(vmm_call::unmap, va + off, "span not mapped");
-  }
   auto range = s_->range_holding(va, bytes);
+  for (std::uint64_t off = 0; off < bytes; off += k_chunk_bytes) {
+    if (range == s_->ranges.end() || range->second.at((va + off - range->first) / k_chunk_bytes) == 0) {
+      throw vmm_error(vmm_call::unmap, va + off, "span not mapped");
+    }
+  }
   s_->make_current();
   // One driver call per mapping: cuMemUnmap must cover whole mappings, and costs per mapping anyway.
   const auto t0 = steady::now();
@@ -255,14 +304,32 @@ void cuda_backend::do_unmap(device_addr va, std::uint64_t bytes) {
       charge(vmm_call::unmap, elapsed_ns(t0));
       s_->check(r, vmm_call::unmap, va + off, "cuMemUnmap");
     }
-    auto m = s_->mapped.find(va + off);
-    --s_->mapped_at[m->second];
-    s_->mapped.erase(m);
-    if (range != s_->ranges.end()) --range->second.mapped_spans;
+    std::uint64_t& slot = range->second.slot((va + off - range->first) / k_chunk_bytes);
+    --s_->chunks[slot];
+    slot = 0;
+    --range->second.mapped_spans;
+    --s_->mappings;
   }
   charge(vmm_call::unmap, elapsed_ns(t0));
 }
 
-vmm_live cuda_backend::do_live() const { return {s_->ranges.size(), s_->chunks.size(), s_->mapped.size()}; }
+void cuda_backend::bare_map(device_addr va, chunk_handle h) {
+  s_->make_current();
+  s_->check(s_->api.cuMemMap_(va, k_chunk_bytes, 0, h.value, 0), vmm_call::map, va, "cuMemMap");
+}
+
+void cuda_backend::bare_set_access(device_addr va, std::uint64_t bytes) {
+  s_->make_current();
+  s_->check(s_->api.cuMemSetAccess_(va, bytes, &s_->access, 1), vmm_call::set_access, va, "cuMemSetAccess");
+}
+
+void cuda_backend::bare_unmap(device_addr va) {
+  s_->make_current();
+  s_->check(s_->api.cuMemUnmap_(va, k_chunk_bytes), vmm_call::unmap, va, "cuMemUnmap");
+}
+
+void cuda_backend::set_call_log(std::vector<cuda_call_record>* log) { s_->call_log = log; }
+
+vmm_live cuda_backend::do_live() const { return {s_->ranges.size(), s_->chunks.size(), s_->mappings}; }
 
 }  // namespace vtensor

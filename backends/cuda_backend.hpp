@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backends/vmm_backend.hpp"
 
@@ -29,6 +30,16 @@ class cuda_unavailable : public std::runtime_error {
 struct cuda_mem_info {
   std::uint64_t free_bytes = 0;   ///< free device memory
   std::uint64_t total_bytes = 0;  ///< device memory
+};
+
+/// One map or set-access as the driver saw it, kept while a call log is set (measurement only).
+struct cuda_call_record {
+  vmm_call call = vmm_call::map;  ///< map or set_access
+  device_addr va = 0;             ///< address of the call
+  std::uint64_t bytes = 0;        ///< span of the call
+  chunk_handle handle{};          ///< the chunk mapped (map only)
+  std::uint64_t start_ns = 0;     ///< steady-clock time the driver call began
+  std::uint64_t end_ns = 0;       ///< and returned
 };
 
 /// The CUDA VMM backend over device `device_index`.
@@ -47,6 +58,19 @@ class cuda_backend final : public vmm_backend {
   [[nodiscard]] cuda_mem_info mem_info() const;
   /// Driver version (e.g. 13000).
   [[nodiscard]] int driver_version() const;
+
+  // --- measurement (Note [Mapping overhead of the manager], tools/map_overhead.cpp) ---
+  /// cuMemMap of a chunk created here at `va` inside a range reserved here, with none of this
+  /// backend's checks, bookkeeping or charging: the floor the manager is measured against. The
+  /// caller undoes it with bare_unmap before the range or the chunk is freed. Throws vmm_error.
+  void bare_map(device_addr va, chunk_handle h);
+  /// cuMemSetAccess (read-write for this device) over `bytes` at `va`, likewise bare.
+  void bare_set_access(device_addr va, std::uint64_t bytes);
+  /// cuMemUnmap of one chunk-sized mapping at `va`, likewise bare.
+  void bare_unmap(device_addr va);
+  /// While `log` is not null, every map and set-access through the contract appends its record
+  /// (with the driver call's start and end on the steady clock) to it. Null stops logging.
+  void set_call_log(std::vector<cuda_call_record>* log);
 
  private:
   struct state;

@@ -2,6 +2,9 @@
 //   BM_extend_per_token            one decode step, extend(id, 1); Time is per token
 //   BM_create_prefix_hit_64_chunks create whose cached prefix maps 64 shared chunks; Time is create alone
 //   BM_finish_record_64_chunks     finish of a 1024-token (64-chunk) prompt, recorded in the rTree
+//   BM_create_own_pages            create of a request of 4 new pages (256 own chunks in kv-split);
+//                                  Time is per chunk mapped: the host cost the manager adds to each
+//                                  cuMemMap + cuMemSetAccess (Note [Mapping overhead of the manager])
 // Targets (../shared/DESIGN.md): extend <= 50 ns a token, create with 64 shared chunks <= 20 us.
 
 #include <benchmark/benchmark.h>
@@ -145,5 +148,37 @@ BENCHMARK_CAPTURE(BM_finish_record_64_chunks, kv_fused, kv_layout::kv_fused)
     ->ArgName("block_tokens")->Arg(512)->UseManualTime();
 BENCHMARK_CAPTURE(BM_finish_record_64_chunks, token_major, kv_layout::token_major)
     ->ArgName("block_tokens")->Arg(16)->Arg(512)->UseManualTime();
+
+// Each iteration creates a request of `range(0)` pages of new tokens (no prefix; the pool and the
+// range cache are warm, so no create or reserve) and finishes it without recording (untimed).
+void BM_create_own_pages(benchmark::State& state, kv_layout layout) {
+  auto sim = zero_cost_device();
+  auto cfg = llama_config(layout);
+  cfg.scheduler.max_context_tokens = 8192;
+  manager m(sim, cfg);
+  const auto pages = static_cast<std::uint64_t>(state.range(0));
+  const std::uint64_t tokens = pages * m.geometry().tokens_per_chunk();
+  const std::uint64_t chunks = pages * m.geometry().tensors();
+  std::uint64_t n = 0;
+  for (auto _ : state) {
+    const request_id id{++n};
+    const auto t0 = clk::now();
+    auto r = m.create(id, {}, tokens, tokens);
+    const auto t1 = clk::now();
+    benchmark::DoNotOptimize(r);
+    if (!r.ok()) {
+      state.SkipWithError("create failed");
+      break;
+    }
+    m.finish(id);
+    state.SetIterationTime(seconds(t0, t1) / static_cast<double>(chunks));
+  }
+  state.counters["chunks"] = static_cast<double>(chunks);
+  m.check_invariants();
+}
+
+BENCHMARK_CAPTURE(BM_create_own_pages, kv_split, kv_layout::kv_split)->ArgName("pages")->Arg(4)->UseManualTime();
+BENCHMARK_CAPTURE(BM_create_own_pages, kv_fused, kv_layout::kv_fused)->ArgName("pages")->Arg(4)->UseManualTime();
+BENCHMARK_CAPTURE(BM_create_own_pages, token_major, kv_layout::token_major)->ArgName("pages")->Arg(4)->UseManualTime();
 
 }  // namespace

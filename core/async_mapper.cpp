@@ -5,24 +5,28 @@
 
 namespace vtensor {
 
+// Note [One set-access per chunk]
+// cuMemSetAccess may span many mappings, and costs per mapping whatever its span (calibration
+// README). Measured on the H200 (results/gpu/2026-12-02-h200-map-overhead-2.txt), one call over
+// a run of 4 freshly mapped chunks costs more than 4 calls of one chunk each: the manager's calls
+// replayed with runs were 7-9% dearer than a map + set-access per chunk, which cost the same as
+// the raw loop. So every chunk gets its set-access right after its map.
 void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
   const std::uint64_t chunk = backend.chunk_bytes();
-  std::size_t done_runs = 0;
-  std::size_t done_in_run = 0;
+  std::size_t done = 0;
   try {
-    for (const mapping_run& run : job.runs) {
-      for (done_in_run = 0; done_in_run < run.handles.size(); ++done_in_run) {
-        backend.map(run.va + done_in_run * chunk, run.handles[done_in_run]);
+    for (; done < job.maps.size(); ++done) {
+      const mapping_entry& e = job.maps[done];
+      backend.map(e.va, e.handle);
+      try {
+        backend.set_access(e.va, chunk);
+      } catch (...) {
+        backend.unmap(e.va, chunk);
+        throw;
       }
-      backend.set_access(run.va, run.handles.size() * chunk);
-      ++done_runs;
-      done_in_run = 0;
     }
   } catch (...) {
-    for (std::size_t i = 0; i <= done_runs && i < job.runs.size(); ++i) {
-      const std::size_t mapped = i < done_runs ? job.runs[i].handles.size() : done_in_run;
-      if (mapped > 0) backend.unmap(job.runs[i].va, mapped * chunk);
-    }
+    for (std::size_t i = 0; i < done; ++i) backend.unmap(job.maps[i].va, chunk);
     throw;
   }
 }

@@ -22,24 +22,21 @@
 
 namespace vtensor {
 
-/// Chunks mapped at consecutive addresses from `va`, then one set-access over them.
-struct mapping_run {
-  device_addr va = 0;                  ///< address of the first chunk
-  std::vector<chunk_handle> handles;   ///< chunk i goes at va + i x chunk bytes
+/// One chunk to map at `va`; its set-access follows at once.
+struct mapping_entry {
+  device_addr va = 0;     ///< chunk-aligned address
+  chunk_handle handle{};  ///< the chunk mapped there
 };
 
 /// Driver work, built while the pool's bookkeeping is done (Note [Deferred mappings]) and run
-/// afterwards, by the worker or at once: the driver calls go back to back.
+/// afterwards, by the worker or at once: the driver calls go back to back, a map and a
+/// set-access per chunk (Note [One set-access per chunk]).
 struct mapping_job {
-  std::vector<mapping_run> runs;       ///< maps and set-accesses, in order
+  std::vector<mapping_entry> maps;     ///< in order
   std::uint32_t create_chunks = 0;     ///< chunks to create ahead of need
-  [[nodiscard]] bool empty() const { return runs.empty() && create_chunks == 0; }
+  [[nodiscard]] bool empty() const { return maps.empty() && create_chunks == 0; }
   /// Chunks the job maps.
-  [[nodiscard]] std::size_t chunks() const {
-    std::size_t n = 0;
-    for (const auto& r : runs) n += r.handles.size();
-    return n;
-  }
+  [[nodiscard]] std::size_t chunks() const { return maps.size(); }
 };
 
 /// Runs the driver calls of `job` on `backend` (the caller holds the backend lock). Strong

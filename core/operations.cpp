@@ -111,13 +111,8 @@ void operations::free_range(device_addr base) {
   }
 }
 
-mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job,
-                                  bool new_run) {
-  if (new_run || job.runs.empty() ||
-      job.runs.back().va + job.runs.back().handles.size() * geometry_.chunk_bytes() != va) {
-    job.runs.push_back(mapping_run{va, {}});
-  }
-  job.runs.back().handles.push_back(pset_[c].handle);
+mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job) {
+  job.maps.push_back({va, pset_[c].handle});
   return record_mapping(va, c, owner, shared);
 }
 

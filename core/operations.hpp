@@ -76,11 +76,9 @@ class operations {
   void untrack_all() { vset_.clear_ranges(); }
 
   // --- mapping ---
-  /// Records a mapping of `c` at `va` now and defers the driver's map into `job` (Note [Deferred
-  /// mappings] in async_mapper.hpp): appended to the job's last run when it follows it, unless
-  /// `new_run` (each run ends with its own set-access).
-  mapping& map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job,
-                        bool new_run = false);
+  /// Records a mapping of `c` at `va` now and defers the driver's map and set-access into `job`
+  /// (Note [Deferred mappings] in async_mapper.hpp).
+  mapping& map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job);
   /// Runs a job's driver calls now, on this thread (strong guarantee; see run_mapping_job).
   void run_now(const mapping_job& job);
   /// Undoes the bookkeeping of a mapping whose driver call never happened or was undone.

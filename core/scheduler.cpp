@@ -83,8 +83,8 @@ std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64
 
 // Maps `chunks` (page-major: page i's chunk of tensor t is chunks[i * tensors + t]) as the pages
 // following the request's mapped ones, the first `shared_count` of them shared. The bookkeeping
-// is done first and the driver calls then run back to back, one set-access per tensor over the
-// new run: at once, or on the worker when `deferred` (Note [Deferred mappings]). Strong
+// is done first and the driver calls then run back to back, a map and a set-access per chunk
+// (Note [One set-access per chunk]): at once, or on the worker when `deferred` (Note [Deferred mappings]). Strong
 // guarantee: on a failure nothing of it stays mapped or recorded.
 void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count,
                           bool deferred) {
@@ -95,20 +95,23 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
   if (pages == 0) return;
   r.maps.resize(std::size_t{first + pages} * tensors, nullptr);
   mapping_job job;
-  job.runs.reserve(tensors);
-  for (std::uint32_t t = 0; t < tensors; ++t) {
+  job.maps.reserve(chunks.size());
+  for (std::uint32_t t = 0; t < tensors; ++t) {  // ascending addresses: tensor by tensor
     for (std::uint32_t i = 0; i < pages; ++i) {
       const std::uint32_t p = first + i;
       r.maps[std::size_t{p} * tensors + t] =
-          &ops_.map_deferred(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count, job,
-                             i == 0);  // one run, and one set-access, per tensor
+          &ops_.map_deferred(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count, job);
     }
   }
   if (deferred) {
     r.ticket = ops_.submit(std::move(job));
   } else {
     try {
-      ops_.run_now(job);
+      if (config_.sync_maps_on_worker && ops_.async()) {
+        ops_.wait(ops_.submit(std::move(job)), false);  // the job undoes itself when a call fails
+      } else {
+        ops_.run_now(job);
+      }
     } catch (...) {
       for (std::size_t k = std::size_t{first} * tensors; k < r.maps.size(); ++k) ops_.unrecord(*r.maps[k]);
       r.maps.resize(std::size_t{first} * tensors);

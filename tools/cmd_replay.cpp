@@ -12,6 +12,7 @@
 
 #if VTENSOR_HAVE_CUDA
 #include "backends/cuda_backend.hpp"
+#include "tools/map_overhead.hpp"
 #endif
 #include "traces/atomic_output_file.hpp"
 #include "traces/trace_reader.hpp"
@@ -206,166 +207,6 @@ void print_vmm_split(std::ostream& out, const nlohmann::ordered_json& j) {
                      w["chunks_created_ahead"].get<std::uint64_t>());
 }
 
-#if VTENSOR_HAVE_CUDA
-// Note [Mapping overhead of the manager]
-// Target: a chunk mapped through the manager costs at most 1.05 x a raw cuMemMap +
-// cuMemSetAccess measured in the same process. Raw: `chunks` chunks created once, then per round
-// map + set-access one chunk at a time into a reserved range (the cuda backend's calls, wall
-// time around them). Manager: the same number of chunks, created and returned to its free pool
-// once (lazy deallocation) with its vTensor ranges cached, then per round created as requests of
-// 4 pages (of `--layout`; kv-fused Llama-3-8B: 32 tensors a page) and, separately, grown page by page by
-// extend; wall time of the manager calls over chunks mapped. Unmapping is outside the timed part
-// of both. Rounds alternate raw / create / extend; medians are compared.
-nlohmann::ordered_json map_overhead(int device, kv_layout layout, std::uint64_t chunks, std::ostream& out) {
-  using clock = std::chrono::steady_clock;
-  const auto ns_since = [](clock::time_point t) {
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t).count());
-  };
-  cuda_backend b(device, 2 * chunks * k_chunk_bytes + 64 * k_chunk_bytes);
-  manager_config mc;
-  mc.geometry = kv_geometry(*model_preset("llama-3-8b"), layout);
-  mc.scheduler.max_context_tokens = 8192;
-  const std::uint32_t tensors = mc.geometry.tensors();
-  const std::uint64_t tpc = mc.geometry.tokens_per_chunk();
-  constexpr std::uint32_t k_pages = 4;
-  const std::uint64_t requests = std::max<std::uint64_t>(1, chunks / (std::uint64_t{k_pages} * tensors));
-  const std::uint64_t mgr_chunks = requests * k_pages * tensors;
-  mc.scheduler.range_cache = requests + 1;  // every request's range stays reserved across rounds
-  manager mgr(b, mc);
-
-  // Raw set-up.
-  const device_addr base = b.reserve(chunks * k_chunk_bytes);
-  std::vector<chunk_handle> handles;
-  for (std::uint64_t i = 0; i < chunks; ++i) {
-    auto h = b.create_chunk();
-    if (!h) throw std::runtime_error("map overhead: out of memory creating raw chunks");
-    handles.push_back(*h);
-  }
-  // Manager warm-up: its chunks and ranges exist before the timed rounds.
-  const auto mgr_round_create = [&](bool timed) {
-    std::uint64_t ns = 0;
-    for (std::uint64_t r = 0; r < requests; ++r) {
-      const auto t = clock::now();
-      const create_result c = mgr.create(request_id{r + 1}, {}, k_pages * tpc, k_pages * tpc);
-      ns += ns_since(t);
-      if (!c.ok()) throw std::runtime_error("map overhead: the manager ran out of memory");
-    }
-    for (std::uint64_t r = 0; r < requests; ++r) mgr.finish(request_id{r + 1});
-    return timed ? ns : 0;
-  };
-  const auto mgr_round_extend = [&] {
-    std::uint64_t ns = 0;
-    for (std::uint64_t r = 0; r < requests; ++r) {
-      if (!mgr.create(request_id{r + 1}, {}, 1, k_pages * tpc).ok()) throw std::runtime_error("map overhead: out of memory");
-    }
-    for (std::uint32_t p = 1; p < k_pages; ++p) {
-      for (std::uint64_t r = 0; r < requests; ++r) {
-        const std::uint64_t grow = tpc;  // crosses into page p
-        const auto t = clock::now();
-        const alloc_status st = mgr.extend(request_id{r + 1}, grow);
-        ns += ns_since(t);
-        if (st != alloc_status::ok) throw std::runtime_error("map overhead: out of memory");
-      }
-    }
-    for (std::uint64_t r = 0; r < requests; ++r) mgr.finish(request_id{r + 1});
-    return ns;
-  };
-  (void)mgr_round_create(false);
-  const std::uint64_t creates_before = b.counters().calls_of(vmm_call::create);
-
-  // Where the difference comes from: the same chunks mapped raw in the manager's pattern
-  // (groups of k_pages chunks, one set-access a group, groups a tensor span apart) and in its
-  // two halves (grouped set-access at contiguous addresses; per-chunk set-access at scattered ones).
-  const std::uint64_t span_chunks = mc.geometry.tensor_span_bytes(mc.scheduler.max_context_tokens) / k_chunk_bytes;
-  const device_addr wide = b.reserve(chunks * span_chunks * k_chunk_bytes);
-  const auto raw_pattern = [&](bool scattered, std::uint64_t group) {
-    const auto t = clock::now();
-    for (std::uint64_t g = 0; g < chunks / group; ++g) {
-      const device_addr at = scattered ? wide + g * span_chunks * k_chunk_bytes : base + g * group * k_chunk_bytes;
-      for (std::uint64_t i = 0; i < group; ++i) b.map(at + i * k_chunk_bytes, handles[g * group + i]);
-      b.set_access(at, group * k_chunk_bytes);
-    }
-    const double ns = static_cast<double>(ns_since(t)) / static_cast<double>(chunks);
-    for (std::uint64_t g = 0; g < chunks / group; ++g) {
-      const device_addr at = scattered ? wide + g * span_chunks * k_chunk_bytes : base + g * group * k_chunk_bytes;
-      b.unmap(at, group * k_chunk_bytes);
-    }
-    return ns;
-  };
-  std::vector<double> grouped_ns, scattered_ns, manager_like_ns, mgr_driver_ns;
-
-  constexpr int k_rounds = 7;
-  std::vector<double> raw_ns, raw_driver_ns, create_ns, extend_ns;
-  for (int round = 0; round < k_rounds; ++round) {
-    grouped_ns.push_back(raw_pattern(false, k_pages));
-    scattered_ns.push_back(raw_pattern(true, 1));
-    manager_like_ns.push_back(raw_pattern(true, k_pages));
-    const std::uint64_t driver0 = b.counters().time_ns_of(vmm_call::map) + b.counters().time_ns_of(vmm_call::set_access);
-    const auto t = clock::now();
-    for (std::uint64_t i = 0; i < chunks; ++i) {
-      b.map(base + i * k_chunk_bytes, handles[i]);
-      b.set_access(base + i * k_chunk_bytes, k_chunk_bytes);
-    }
-    raw_ns.push_back(static_cast<double>(ns_since(t)) / static_cast<double>(chunks));
-    raw_driver_ns.push_back(static_cast<double>(b.counters().time_ns_of(vmm_call::map) +
-                                                b.counters().time_ns_of(vmm_call::set_access) - driver0) /
-                            static_cast<double>(chunks));
-    b.unmap(base, chunks * k_chunk_bytes);
-    const std::uint64_t mgr_driver0 =
-        b.counters().time_ns_of(vmm_call::map) + b.counters().time_ns_of(vmm_call::set_access);
-    create_ns.push_back(static_cast<double>(mgr_round_create(true)) / static_cast<double>(mgr_chunks));
-    mgr_driver_ns.push_back(static_cast<double>(b.counters().time_ns_of(vmm_call::map) +
-                                                b.counters().time_ns_of(vmm_call::set_access) - mgr_driver0) /
-                            static_cast<double>(mgr_chunks));
-    extend_ns.push_back(static_cast<double>(mgr_round_extend()) /
-                        static_cast<double>(requests * (k_pages - 1) * tensors));
-  }
-  const std::uint64_t creates_in_rounds = b.counters().calls_of(vmm_call::create) - creates_before;
-  mgr.shutdown();
-  for (chunk_handle h : handles) b.release_chunk(h);
-  b.free_range(base);
-  b.free_range(wide);
-
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double raw = median(raw_ns);
-  const double raw_driver = median(raw_driver_ns);
-  const double create = median(create_ns);
-  const double extend = median(extend_ns);
-  nlohmann::ordered_json j;
-  j["device"] = b.device_name();
-  j["layout"] = std::string(to_string(layout));
-  j["chunks_per_round"] = chunks;
-  j["manager_chunks_per_round"] = mgr_chunks;
-  j["rounds"] = k_rounds;
-  j["raw_map_set_access_us_per_chunk"] = raw / 1e3;
-  j["raw_driver_only_us_per_chunk"] = raw_driver / 1e3;
-  j["manager_create_us_per_chunk"] = create / 1e3;
-  j["manager_extend_us_per_chunk"] = extend / 1e3;
-  j["ratio_create_vs_raw"] = create / raw;
-  j["ratio_extend_vs_raw"] = extend / raw;
-  j["ratio_create_vs_raw_driver_only"] = create / raw_driver;
-  j["manager_create_driver_only_us_per_chunk"] = median(mgr_driver_ns) / 1e3;
-  j["raw_grouped_set_access_us_per_chunk"] = median(grouped_ns) / 1e3;
-  j["raw_scattered_us_per_chunk"] = median(scattered_ns) / 1e3;
-  j["raw_manager_pattern_us_per_chunk"] = median(manager_like_ns) / 1e3;
-  j["cuMemCreate_in_timed_rounds"] = creates_in_rounds;
-  j["target"] = "manager <= 1.05 x raw";
-  j["met"] = create <= 1.05 * raw && extend <= 1.05 * raw;
-  out << fmt::format("map overhead ({} layout, {} chunks a round, median of {} rounds): raw cuMemMap + cuMemSetAccess {:.2f} us a "
-                     "chunk (driver calls alone {:.2f}); through the manager: create {:.2f} us ({:.3f} x raw), extend "
-                     "{:.2f} us ({:.3f} x raw); cuMemCreate in timed rounds: {}; target <= 1.05 x: {}\n",
-                     to_string(layout), chunks, k_rounds, raw / 1e3, raw_driver / 1e3, create / 1e3, create / raw, extend / 1e3,
-                     extend / raw, creates_in_rounds, j["met"].get<bool>() ? "met" : "NOT met");
-  out << fmt::format("  driver time inside manager create {:.2f} us a chunk; raw in the manager's pattern {:.2f} us "
-                     "(grouped set-access alone {:.2f}, scattered addresses alone {:.2f})\n",
-                     median(mgr_driver_ns) / 1e3, median(manager_like_ns) / 1e3, median(grouped_ns) / 1e3,
-                     median(scattered_ns) / 1e3);
-  return j;
-}
-#endif
 
 } // namespace
 
@@ -565,7 +406,7 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     nlohmann::ordered_json overhead;
     if (map_overhead_chunks != 0) {
 #if VTENSOR_HAVE_CUDA
-      overhead = map_overhead(po_opts.device_index, po_opts.layout, map_overhead_chunks, io.out);
+      overhead = measure_map_overhead({po_opts.device_index, po_opts.layout, map_overhead_chunks, 9}, io.out);
 #else
       throw std::runtime_error("--map-overhead needs the cuda backend, which this build lacks");
 #endif

@@ -1,0 +1,27 @@
+#pragma once
+/// `vtensor replay --map-overhead N`: what a chunk mapped through the manager costs on the real
+/// driver against raw cuMemMap + cuMemSetAccess, measured in one process (Note [Mapping overhead
+/// of the manager] in map_overhead.cpp). Built only with the cuda backend.
+
+#include <cstdint>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/kv_geometry.hpp"
+
+namespace vtensor {
+
+/// What to measure.
+struct map_overhead_config {
+  int device = 0;                               ///< GPU index
+  kv_layout layout = kv_layout::kv_split;       ///< layout of the manager's vTensors (Llama-3-8B)
+  std::uint64_t chunks = 4096;                  ///< chunks mapped per variant and round
+  int rounds = 7;                               ///< rounds; each variant's median is reported
+};
+
+/// Runs the measurement on the GPU, prints a table to `out` and returns the figures (stable keys).
+/// Throws cuda_unavailable without a device, vmm_error on a driver failure.
+nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, std::ostream& out);
+
+}  // namespace vtensor
