@@ -21,7 +21,7 @@ namespace {
 // through cuda.h's macros first, so versioned symbols (cuMemGetInfo_v2, ...) are the ones looked up.
 #define VTENSOR_CUDA_DRIVER_CALLS(X)                                                                       \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuGetErrorName)                \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuGetErrorName)                \
   X(cuMemGetInfo) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)    \
   X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
 
@@ -326,6 +326,11 @@ void cuda_backend::bare_set_access(device_addr va, std::uint64_t bytes) {
 void cuda_backend::bare_unmap(device_addr va) {
   s_->make_current();
   s_->check(s_->api.cuMemUnmap_(va, k_chunk_bytes), vmm_call::unmap, va, "cuMemUnmap");
+}
+
+void cuda_backend::bare_synchronize() {
+  s_->make_current();
+  s_->check(s_->api.cuCtxSynchronize_(), vmm_call::map, 0, "cuCtxSynchronize");
 }
 
 void cuda_backend::set_call_log(std::vector<cuda_call_record>* log) { s_->call_log = log; }

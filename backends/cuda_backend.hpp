@@ -68,6 +68,8 @@ class cuda_backend final : public vmm_backend {
   void bare_set_access(device_addr va, std::uint64_t bytes);
   /// cuMemUnmap of one chunk-sized mapping at `va`, likewise bare.
   void bare_unmap(device_addr va);
+  /// cuCtxSynchronize: waits for whatever the driver still owes the device.
+  void bare_synchronize();
   /// While `log` is not null, every map and set-access through the contract appends its record
   /// (with the driver call's start and end on the steady clock) to it. Null stops logging.
   void set_call_log(std::vector<cuda_call_record>* log);

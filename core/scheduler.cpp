@@ -107,11 +107,7 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
     r.ticket = ops_.submit(std::move(job));
   } else {
     try {
-      if (config_.sync_maps_on_worker && ops_.async()) {
-        ops_.wait(ops_.submit(std::move(job)), false);  // the job undoes itself when a call fails
-      } else {
-        ops_.run_now(job);
-      }
+      ops_.run_now(job);
     } catch (...) {
       for (std::size_t k = std::size_t{first} * tensors; k < r.maps.size(); ++k) ops_.unrecord(*r.maps[k]);
       r.maps.resize(std::size_t{first} * tensors);

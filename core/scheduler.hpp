@@ -35,10 +35,6 @@ struct scheduler_config {
   bool record_on_preempt = true;                       ///< a preempted request's prefix stays cached
   bool async_lookahead = false;                        ///< lookahead pages mapped by the background worker
   std::uint32_t create_ahead_chunks = 0;               ///< worker keeps this many chunks free (0: off)
-  /// With the worker running: the driver calls of mappings a caller needs at once also run on the
-  /// worker, the caller waiting for them, so that this thread's caches never see the driver
-  /// (Note [Mapping overhead of the manager] in tools/map_overhead.cpp).
-  bool sync_maps_on_worker = false;
 };
 
 /// Outcome of a call that may need memory.

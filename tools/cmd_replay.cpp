@@ -237,7 +237,8 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
         ("warmup-fraction", po::value<double>()->default_value(0.1),
          "first fraction of steps counted as warm-up for chunk creation")
         ("map-overhead", po::value<std::uint64_t>()->default_value(0),
-         "cuda: first measure N chunks mapped raw vs through the manager (Note [Mapping overhead of the manager])")
+         "cuda: first compare chunks mapped through the manager with raw cuMemMap + cuMemSetAccess, in blocks "
+         "of N chunks (256 to 65536; Note [Mapping overhead of the manager])")
         ("eviction", po::value<std::string>()->default_value("lru"), "prefix-cache eviction: lru, fifo, lfu")
         ("partial", po::value<std::string>()->default_value("cow"), "partial prefix page: cow or recompute")
         ("seed", po::value<std::uint64_t>()->default_value(0), "seed (recorded; the replay itself is deterministic)")
@@ -305,8 +306,8 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     const double warmup_fraction = get<double>(v, "warmup-fraction");
     if (!(warmup_fraction >= 0 && warmup_fraction <= 1)) throw usage_error("--warmup-fraction must be between 0 and 1");
     const std::uint64_t map_overhead_chunks = get<std::uint64_t>(v, "map-overhead");
-    if (map_overhead_chunks != 0 && (map_overhead_chunks < 128 || map_overhead_chunks > 65536)) {
-      throw usage_error("--map-overhead must be 0 or between 128 and 65536 chunks");
+    if (map_overhead_chunks != 0 && (map_overhead_chunks < 256 || map_overhead_chunks > 65536)) {
+      throw usage_error("--map-overhead must be 0 or between 256 and 65536 chunks");
     }
     std::vector<std::string> backends{po_opts.backend};
     const bool comparing = v.count("compare-backends") != 0;
@@ -406,7 +407,7 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     nlohmann::ordered_json overhead;
     if (map_overhead_chunks != 0) {
 #if VTENSOR_HAVE_CUDA
-      overhead = measure_map_overhead({po_opts.device_index, po_opts.layout, map_overhead_chunks, 9}, io.out);
+      overhead = measure_map_overhead({po_opts.device_index, po_opts.layout, map_overhead_chunks, 16}, io.out);
 #else
       throw std::runtime_error("--map-overhead needs the cuda backend, which this build lacks");
 #endif

@@ -16,8 +16,8 @@ namespace vtensor {
 struct map_overhead_config {
   int device = 0;                               ///< GPU index
   kv_layout layout = kv_layout::kv_split;       ///< layout of the manager's vTensors (Llama-3-8B)
-  std::uint64_t chunks = 4096;                  ///< chunks mapped per variant and round
-  int rounds = 7;                               ///< rounds; each variant's median is reported
+  std::uint64_t chunks = 1024;                  ///< chunks of a block (rounded down to whole requests)
+  int rounds = 16;                              ///< ABBA quartets per variant
 };
 
 /// Runs the measurement on the GPU, prints a table to `out` and returns the figures (stable keys).

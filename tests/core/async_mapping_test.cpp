@@ -142,34 +142,3 @@ TEST_CASE("create ahead: after warm-up a steady state creates no chunk") {
   CHECK(s.chunks_created == created_after_warmup);  // steady state: zero creates
   CHECK(s.free_pool_bytes >= 64 * k_chunk_bytes);
 }
-
-TEST_CASE("sync maps on the worker: every map runs there, and what a call returns is mapped") {
-  probed_sim sim;
-  manager_config config = llama_config(kv_layout::kv_split, 0);  // no lookahead: every map is needed now
-  config.scheduler.async_lookahead = true;
-  config.scheduler.sync_maps_on_worker = true;
-  manager m(sim, config);
-  const std::uint64_t tpc = m.geometry().tokens_per_chunk();
-  for (std::uint64_t r = 1; r <= 6; ++r) {
-    REQUIRE(m.create(request_id{r}, run_of_blocks(r, 2, 16), 3 * tpc).ok());
-    REQUIRE(m.extend(request_id{r}, 2 * tpc) == alloc_status::ok);
-    const auto v = *m.view(request_id{r});
-    CHECK(v.tokens == 5 * tpc);
-    for (std::uint32_t t = 0; t < m.geometry().tensors(); ++t) {
-      for (std::uint64_t p = 0; p < 5; ++p) {
-        REQUIRE(sim.accessible(v.tensor(t) + p * k_chunk_bytes));
-      }
-    }
-  }
-  REQUIRE(m.fork(request_id{1}, request_id{100}).ok());
-  m.check_invariants();
-  const auto s = m.stats();
-  CHECK(s.vmm.calls_of(vmm_call::map) > 0);
-  CHECK(s.async_mapped_chunks == s.vmm.calls_of(vmm_call::map));  // the calling thread mapped nothing
-  for (std::uint64_t r = 1; r <= 6; ++r) m.finish(request_id{r});
-  m.finish(request_id{100});
-  m.check_invariants();
-  m.shutdown();
-  CHECK(sim.live().chunks == 0);
-  CHECK(sim.live().mappings == 0);
-}
