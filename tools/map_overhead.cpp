@@ -130,11 +130,13 @@ struct manager_blocks {
   }
 };
 
-// A variant measured against raw in ABBA quartets.
+// A variant measured against a reference (raw, unless named) in ABBA quartets.
 struct variant {
   std::string key;
   std::string label;
   std::function<block()> run;
+  std::string reference = "raw_bare";
+  std::function<block()> ref;
   double ns = 0, chunks = 0, raw_ns = 0, raw_chunks = 0;  // totals
   std::vector<double> quartet_ratios;
 };
@@ -193,7 +195,8 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
     for (std::uint64_t i = 0; i < block_chunks; ++i) b.bare_unmap(base + i * chunk);
     return r;
   };
-  const auto replay = [&](const std::vector<cuda_call_record>& log) {
+  // `maps_first`: every map of the log, then every set-access (same addresses, other order).
+  const auto replay = [&](const std::vector<cuda_call_record>& log, bool maps_first = false) {
     b.bare_synchronize();
     block r;
     const auto t = clock::now();
@@ -201,8 +204,13 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
       if (c.call == vmm_call::map) {
         b.bare_map(c.va, c.handle);
         ++r.chunks;
-      } else {
+      } else if (!maps_first) {
         b.bare_set_access(c.va, c.bytes);
+      }
+    }
+    if (maps_first) {
+      for (const cuda_call_record& c : log) {
+        if (c.call == vmm_call::set_access) b.bare_set_access(c.va, c.bytes);
       }
     }
     r.ns = ns_since(t);
@@ -237,6 +245,19 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
       {"replay_create", "a manager create's driver calls replayed bare (its addresses and chunks)",
        [&] { return replay(create_log); }},
       {"replay_extend", "a manager extend's driver calls replayed bare", [&] { return replay(extend_log); }},
+      {"replay_extend_mf", "the same, all maps first, then all set-accesses", [&] { return replay(extend_log, true); }},
+      {"create_vs_replay", "manager create against its calls replayed bare: what the manager adds",
+       [&] {
+         b.bare_synchronize();
+         return blocks.create();
+       },
+       "replay_create", [&] { return replay(create_log); }},
+      {"extend_vs_replay", "manager extend against its calls replayed bare: what the manager adds",
+       [&] {
+         b.bare_synchronize();
+         return blocks.extend();
+       },
+       "replay_extend", [&] { return replay(extend_log); }},
   };
 
   double raw_total_ns = 0, raw_total_chunks = 0;
@@ -244,10 +265,11 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   std::vector<cuda_call_record> log;
   for (int round = 0; round < config.rounds; ++round) {
     for (variant& v : variants) {
-      const block a1 = raw_bare();
+      const auto& ref = v.ref ? v.ref : std::function<block()>(raw_bare);
+      const block a1 = ref();
       const block v1 = v.run();
       const block v2 = v.run();
-      const block a2 = raw_bare();
+      const block a2 = ref();
       const double raw_ns = static_cast<double>(a1.ns + a2.ns), raw_chunks = static_cast<double>(a1.chunks + a2.chunks);
       const double ns = static_cast<double>(v1.ns + v2.ns), chunks = static_cast<double>(v1.chunks + v2.chunks);
       v.ns += ns;
@@ -255,8 +277,10 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
       v.raw_ns += raw_ns;
       v.raw_chunks += raw_chunks;
       v.quartet_ratios.push_back((ns / chunks) / (raw_ns / raw_chunks));
-      raw_total_ns += raw_ns;
-      raw_total_chunks += raw_chunks;
+      if (!v.ref) {
+        raw_total_ns += raw_ns;
+        raw_total_chunks += raw_chunks;
+      }
     }
     // One logged create: where the manager's time goes.
     log.clear();
@@ -301,20 +325,22 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   out << fmt::format("map overhead, {} layout ({} tensors): requests of {} tokens ({} chunks), extends of {} tokens; "
                      "blocks of {} chunks, each variant against raw in {} ABBA quartets\n",
                      to_string(config.layout), tensors, k_tokens, per_request, k_step, block_chunks, config.rounds);
-  out << fmt::format("  {:<15} {:>8}  {:>6}  {:>6}\n", "variant", "us/chunk", "x raw", "median");
-  out << fmt::format("  {:<15} {:8.2f}  {:6.3f}  {:6.3f}  raw: map + set-access a chunk, contiguous, bare driver calls\n",
-                     "raw_bare", raw / 1e3, 1.0, 1.0);
+  out << fmt::format("  {:<16} {:>8}  {:<13} {:>6}  {:>6}\n", "variant", "us/chunk", "against", "x ref", "median");
+  out << fmt::format("  {:<16} {:8.2f}  {:<13} {:6.3f}  {:6.3f}  raw: map + set-access a chunk, contiguous, bare driver "
+                     "calls\n",
+                     "raw_bare", raw / 1e3, "-", 1.0, 1.0);
   nlohmann::ordered_json vj = nlohmann::ordered_json::object();
   for (const variant& v : variants) {
     const double per_chunk = v.ns / v.chunks;
     const double ratio = per_chunk / (v.raw_ns / v.raw_chunks);
     vj[v.key] = {{"us_per_chunk", per_chunk / 1e3},
-                 {"ratio_vs_raw", ratio},
+                 {"reference", v.reference},
+                 {"ratio", ratio},
                  {"median_quartet_ratio", median(v.quartet_ratios)},
                  {"quartet_ratios", v.quartet_ratios},
                  {"label", v.label}};
-    out << fmt::format("  {:<15} {:8.2f}  {:6.3f}  {:6.3f}  {}\n", v.key, per_chunk / 1e3, ratio, median(v.quartet_ratios),
-                       v.label);
+    out << fmt::format("  {:<16} {:8.2f}  {:<13} {:6.3f}  {:6.3f}  {}\n", v.key, per_chunk / 1e3, v.reference, ratio,
+                       median(v.quartet_ratios), v.label);
   }
   j["variants"] = vj;
   nlohmann::ordered_json d;
@@ -334,15 +360,22 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
                      d["host_after_last_call_us_per_chunk"].get<double>(), d["host_on_sim_us_per_chunk"].get<double>());
   j["cuMemCreate_in_timed_rounds"] = creates_in_rounds;
   j["reserve_in_timed_rounds"] = reserves_in_rounds;
-  const double create = vj["manager_create"]["ratio_vs_raw"].get<double>();
-  const double extend = vj["manager_extend"]["ratio_vs_raw"].get<double>();
-  j["target"] = "manager <= 1.05 x raw bare map + set-access";
-  j["ratio_create"] = create;
-  j["ratio_extend"] = extend;
-  j["met"] = create <= 1.05 && extend <= 1.05;
-  out << fmt::format("  target <= 1.05 x raw: create {:.3f}, extend {:.3f}: {}; cuMemCreate in timed rounds: {}, "
+  const double create = vj["manager_create"]["ratio"].get<double>();
+  const double extend = vj["manager_extend"]["ratio"].get<double>();
+  const double create_same = vj["create_vs_replay"]["ratio"].get<double>();
+  const double extend_same = vj["extend_vs_replay"]["ratio"].get<double>();
+  j["target"] = "manager <= 1.05 x raw map + set-access";
+  j["ratio_create_vs_contiguous"] = create;
+  j["ratio_extend_vs_contiguous"] = extend;
+  j["ratio_create_vs_same_calls"] = create_same;
+  j["ratio_extend_vs_same_calls"] = extend_same;
+  j["met_vs_contiguous"] = create <= 1.05 && extend <= 1.05;
+  j["met_vs_same_calls"] = create_same <= 1.05 && extend_same <= 1.05;
+  out << fmt::format("  target <= 1.05 x raw: against raw at contiguous addresses create {:.3f}, extend {:.3f}: {}; "
+                     "against the same calls raw create {:.3f}, extend {:.3f}: {}; cuMemCreate in timed rounds: {}, "
                      "reserve: {}\n",
-                     create, extend, j["met"].get<bool>() ? "met" : "NOT met", creates_in_rounds, reserves_in_rounds);
+                     create, extend, j["met_vs_contiguous"].get<bool>() ? "met" : "NOT met", create_same, extend_same,
+                     j["met_vs_same_calls"].get<bool>() ? "met" : "NOT met", creates_in_rounds, reserves_in_rounds);
   return j;
 }
 
