@@ -239,6 +239,8 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
         ("map-overhead", po::value<std::uint64_t>()->default_value(0),
          "cuda: first compare chunks mapped through the manager with raw cuMemMap + cuMemSetAccess, in blocks "
          "of N chunks (256 to 65536; Note [Mapping overhead of the manager])")
+        ("map-overhead-patterns", po::bool_switch(),
+         "with --map-overhead: also time bare map + set-access by address pattern (strides, runs, neighbours)")
         ("eviction", po::value<std::string>()->default_value("lru"), "prefix-cache eviction: lru, fifo, lfu")
         ("partial", po::value<std::string>()->default_value("cow"), "partial prefix page: cow or recompute")
         ("seed", po::value<std::uint64_t>()->default_value(0), "seed (recorded; the replay itself is deterministic)")
@@ -308,6 +310,9 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     const std::uint64_t map_overhead_chunks = get<std::uint64_t>(v, "map-overhead");
     if (map_overhead_chunks != 0 && (map_overhead_chunks < 256 || map_overhead_chunks > 65536)) {
       throw usage_error("--map-overhead must be 0 or between 256 and 65536 chunks");
+    }
+    if (map_overhead_chunks == 0 && v["map-overhead-patterns"].as<bool>()) {
+      throw usage_error("--map-overhead-patterns needs --map-overhead");
     }
     std::vector<std::string> backends{po_opts.backend};
     const bool comparing = v.count("compare-backends") != 0;
@@ -407,7 +412,8 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     nlohmann::ordered_json overhead;
     if (map_overhead_chunks != 0) {
 #if VTENSOR_HAVE_CUDA
-      overhead = measure_map_overhead({po_opts.device_index, po_opts.layout, map_overhead_chunks, 16}, io.out);
+      overhead = measure_map_overhead(
+          {po_opts.device_index, po_opts.layout, map_overhead_chunks, 16, v["map-overhead-patterns"].as<bool>()}, io.out);
 #else
       throw std::runtime_error("--map-overhead needs the cuda backend, which this build lacks");
 #endif

@@ -156,7 +156,7 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   const std::uint64_t block_chunks = requests * per_request;
   mc.scheduler.range_cache = requests + 1;  // the block's ranges stay reserved
 
-  cuda_backend b(config.device, (2 * block_chunks + 64) * chunk);
+  cuda_backend b(config.device, (3 * block_chunks + 64) * chunk);
   manager mgr(b, mc);
   const manager_blocks blocks{mgr, requests, k_tokens, k_step};
   sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
@@ -181,8 +181,6 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   b.set_call_log(&extend_log);
   (void)blocks.extend();
   b.set_call_log(nullptr);
-  const std::uint64_t creates_before = b.counters().calls_of(vmm_call::create);
-  const std::uint64_t reserves_before = b.counters().calls_of(vmm_call::reserve);
 
   const auto raw_bare = [&] {
     b.bare_synchronize();
@@ -260,6 +258,52 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
        "replay_extend", [&] { return replay(extend_log); }},
   };
 
+  // The driver's cost by address pattern: bare map + set-access of single chunks (or runs of 4) at
+  // growing strides in a wide range, and singles whose lower neighbour is already mapped.
+  device_addr wide = 0;
+  std::vector<chunk_handle> neighbours;
+  if (config.patterns) {
+    wide = b.reserve(block_chunks * (std::uint64_t{1} << 30));
+    for (std::uint64_t i = 0; i < block_chunks; ++i) {
+      auto h = b.create_chunk();
+      if (!h) throw std::runtime_error("map overhead: out of memory creating neighbour chunks");
+      neighbours.push_back(*h);
+    }
+    const auto pattern = [&](std::uint64_t stride, std::uint64_t run, std::uint64_t offset) {
+      return [&b, &handles, wide, stride, run, offset, block_chunks] {
+        const auto at = [&](std::uint64_t i) { return wide + (i / run) * stride + (i % run) * k_chunk_bytes + offset; };
+        b.bare_synchronize();
+        const auto t = clock::now();
+        for (std::uint64_t i = 0; i < block_chunks; ++i) {
+          b.bare_map(at(i), handles[i]);
+          b.bare_set_access(at(i), k_chunk_bytes);
+        }
+        const block r{ns_since(t), block_chunks};
+        for (std::uint64_t i = 0; i < block_chunks; ++i) b.bare_unmap(at(i));
+        return r;
+      };
+    };
+    constexpr std::uint64_t mib = std::uint64_t{1} << 20;
+    const std::pair<const char*, std::uint64_t> strides[] = {
+        {"4MiB", 4 * mib}, {"16MiB", 16 * mib}, {"64MiB", 64 * mib}, {"256MiB", 256 * mib}, {"1GiB", 1024 * mib}};
+    for (const auto& [label, stride] : strides) {
+      variants.push_back({fmt::format("pattern_{}", label),
+                          fmt::format("pattern: single chunks {} apart, bare", label), pattern(stride, 1, 0)});
+    }
+    variants.push_back({"pattern_4x16MiB", "pattern: runs of 4 chunks, 16 MiB apart, bare", pattern(16 * mib, 4, 0)});
+    variants.push_back({"pattern_4x256MiB", "pattern: runs of 4 chunks, 256 MiB apart, bare", pattern(256 * mib, 4, 0)});
+    // Singles 16 MiB apart, each right above a chunk that stays mapped.
+    for (std::uint64_t i = 0; i < block_chunks; ++i) {
+      b.bare_map(wide + i * 16 * mib, neighbours[i]);
+      b.bare_set_access(wide + i * 16 * mib, chunk);
+    }
+    variants.push_back({"pattern_neighbour",
+                        "pattern: single chunks 16 MiB apart, each above a mapped chunk, bare",
+                        pattern(16 * mib, 1, chunk)});
+  }
+
+  const std::uint64_t creates_before = b.counters().calls_of(vmm_call::create);
+  const std::uint64_t reserves_before = b.counters().calls_of(vmm_call::reserve);
   double raw_total_ns = 0, raw_total_chunks = 0;
   std::vector<double> logged_total, logged_driver, logged_before, logged_between, logged_after, host_on_sim;
   std::vector<cuda_call_record> log;
@@ -310,6 +354,11 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   mgr.shutdown();
   for (chunk_handle h : handles) b.release_chunk(h);
   b.free_range(base);
+  if (config.patterns) {
+    for (std::uint64_t i = 0; i < block_chunks; ++i) b.bare_unmap(wide + i * 16 * (std::uint64_t{1} << 20));
+    for (chunk_handle h : neighbours) b.release_chunk(h);
+    b.free_range(wide);
+  }
 
   const double raw = raw_total_ns / raw_total_chunks;
   nlohmann::ordered_json j;

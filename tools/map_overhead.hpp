@@ -18,6 +18,7 @@ struct map_overhead_config {
   kv_layout layout = kv_layout::kv_split;       ///< layout of the manager's vTensors (Llama-3-8B)
   std::uint64_t chunks = 1024;                  ///< chunks of a block (rounded down to whole requests)
   int rounds = 16;                              ///< ABBA quartets per variant
+  bool patterns = false;                        ///< also the driver's cost by address pattern
 };
 
 /// Runs the measurement on the GPU, prints a table to `out` and returns the figures (stable keys).

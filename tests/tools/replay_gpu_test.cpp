@@ -50,7 +50,7 @@ TEST_CASE("replay: the GPU options are in the help") {
   const auto r = run({"replay", "--help"});
   CHECK(r.code == 0);
   for (const char* o : {"--device", "--compare-backends", "--async-lookahead", "--create-ahead", "--emulate-steps",
-                        "--step-time-scale", "--warmup-fraction", "--map-overhead"}) {
+                        "--step-time-scale", "--warmup-fraction", "--map-overhead", "--map-overhead-patterns"}) {
     CHECK_MESSAGE(r.out.find(o) != std::string::npos, o);
   }
 }
@@ -67,6 +67,8 @@ TEST_CASE("replay: bad GPU options exit 2 before any replay") {
       {"--warmup-fraction", "1.5"},
       {"--device", "-1"},
       {"--map-overhead", "5"},
+      {"--map-overhead", "100000"},
+      {"--map-overhead-patterns"},
       {"--async-lookahead", "maybe"},
   };
   for (const auto& extra : bad) {
