@@ -55,8 +55,10 @@ struct cuda_backend::state {
   // mappings, that host work was about 1 us a chunk on the H200 machine, 3% of a map +
   // set-access (results/gpu/2026-12-02-h200-map-overhead-2.txt). So a range keeps what is mapped
   // in it as a two-level table of handles indexed by chunk (leaves of 512 slots, allocated when
-  // first used), the range last used is looked at first, and a chunk's record holds its mapping
-  // count: a map touches about four lines, a set-access two.
+  // first used), the range last used is looked at first, and the change to a chunk's mapping count
+  // is appended to a log that is applied to the per-chunk table only when a release needs the
+  // counts (or the log grows long). map_with_access checks and records once for both calls and
+  // leaves the handle's validity to the driver: about five lines a chunk instead of twenty.
   struct range_info {
     static constexpr std::uint64_t k_leaf = 512;
     using leaf = std::array<std::uint64_t, k_leaf>;  // handle mapped at each chunk (0: none)
@@ -77,7 +79,21 @@ struct cuda_backend::state {
   range_map ranges;                                         // reserved ranges by base
   range_map::iterator last_range = ranges.end();            // the range a call used last
   std::unordered_map<std::uint64_t, std::uint32_t> chunks;  // live handle -> addresses it is mapped at
+  std::vector<std::pair<std::uint64_t, std::int32_t>> count_log;  // changes not yet in `chunks`
   std::uint64_t mappings = 0;                               // chunk-sized mappings in all
+
+  /// Records that `handle` gained (+1) or lost (-1) a mapping.
+  void note_mapping(std::uint64_t handle, std::int32_t change) {
+    count_log.emplace_back(handle, change);
+    if (count_log.size() >= 65536) apply_count_log();
+  }
+  /// Brings the per-chunk mapping counts up to date.
+  void apply_count_log() {
+    for (const auto& [handle, change] : count_log) {
+      if (auto it = chunks.find(handle); it != chunks.end()) it->second += static_cast<std::uint32_t>(change);
+    }
+    count_log.clear();
+  }
   std::vector<cuda_call_record>* call_log = nullptr;         // measurement only
   CUmemAccessDesc access{};                                  // read-write for this device
 
@@ -234,6 +250,7 @@ std::optional<chunk_handle> cuda_backend::do_create_chunk() {
 }
 
 void cuda_backend::do_release_chunk(chunk_handle h) {
+  s_->apply_count_log();
   auto chunk = s_->chunks.find(h.value);
   if (chunk == s_->chunks.end()) {
     throw vmm_error(vmm_call::release, 0, fmt::format("chunk {:#x} is unknown or already released", h.value));
@@ -266,7 +283,42 @@ void cuda_backend::do_map(device_addr va, chunk_handle h) {
   if (s_->call_log != nullptr) s_->log(vmm_call::map, va, k_chunk_bytes, h.value, t0, t1);
   s_->check(r, vmm_call::map, va, "cuMemMap");
   slot = h.value;
-  ++chunk->second;
+  s_->note_mapping(h.value, +1);
+  ++range->second.mapped_spans;
+  ++s_->mappings;
+}
+
+void cuda_backend::do_map_with_access(device_addr va, chunk_handle h) {
+  auto range = s_->range_holding(va, k_chunk_bytes);
+  if (range == s_->ranges.end()) throw vmm_error(vmm_call::map, va, "span not inside a reserved range");
+  if (h.value == 0) throw vmm_error(vmm_call::map, va, "chunk 0x0 is unknown or released");
+  std::uint64_t& slot = range->second.slot((va - range->first) / k_chunk_bytes);
+  if (slot != 0) throw vmm_error(vmm_call::map, va, "span already mapped");
+  s_->make_current();
+  // An unknown or released handle is the driver's to reject (CUDA_ERROR_INVALID_VALUE).
+  const auto t0 = steady::now();
+  const CUresult r = s_->api.cuMemMap_(va, k_chunk_bytes, 0, h.value, 0);
+  const auto t1 = steady::now();
+  const auto ns = [](steady::time_point a, steady::time_point b) {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+  };
+  charge(vmm_call::map, ns(t0, t1));
+  if (s_->call_log != nullptr) s_->log(vmm_call::map, va, k_chunk_bytes, h.value, t0, t1);
+  s_->check(r, vmm_call::map, va, "cuMemMap");
+  count(vmm_call::set_access);
+  const CUresult a = s_->api.cuMemSetAccess_(va, k_chunk_bytes, &s_->access, 1);
+  const auto t2 = steady::now();
+  charge(vmm_call::set_access, ns(t1, t2));
+  if (s_->call_log != nullptr) s_->log(vmm_call::set_access, va, k_chunk_bytes, 0, t1, t2);
+  if (a != CUDA_SUCCESS) {
+    count(vmm_call::unmap);
+    const CUresult u = s_->api.cuMemUnmap_(va, k_chunk_bytes);
+    charge(vmm_call::unmap, ns(t2, steady::now()));
+    (void)u;  // the set-access error is the one reported
+    s_->check(a, vmm_call::set_access, va, "cuMemSetAccess");
+  }
+  slot = h.value;
+  s_->note_mapping(h.value, +1);
   ++range->second.mapped_spans;
   ++s_->mappings;
 }
@@ -305,7 +357,7 @@ void cuda_backend::do_unmap(device_addr va, std::uint64_t bytes) {
       s_->check(r, vmm_call::unmap, va + off, "cuMemUnmap");
     }
     std::uint64_t& slot = range->second.slot((va + off - range->first) / k_chunk_bytes);
-    --s_->chunks[slot];
+    s_->note_mapping(slot, -1);
     slot = 0;
     --range->second.mapped_spans;
     --s_->mappings;

@@ -86,6 +86,7 @@ class cuda_backend final : public vmm_backend {
   void do_map(device_addr va, chunk_handle h) override;
   void do_set_access(device_addr va, std::uint64_t bytes) override;
   void do_unmap(device_addr va, std::uint64_t bytes) override;
+  void do_map_with_access(device_addr va, chunk_handle h) override;
   [[nodiscard]] vmm_live do_live() const override;
 
   std::unique_ptr<state> s_;

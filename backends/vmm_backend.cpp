@@ -104,6 +104,30 @@ void vmm_backend::set_access(device_addr va, std::uint64_t bytes) {
   do_set_access(va, bytes);
 }
 
+// Note [Map with access]
+// Every chunk the pool maps gets its set-access at once (Note [One set-access per chunk] in
+// async_mapper.cpp), so the pair is one call of the contract. The default runs the two hooks; the
+// cuda backend checks and records once, around its two driver calls back to back, because every
+// driver call leaves the thread's caches cold and each line touched between two calls costs a miss
+// (Note [Tracking on the map path] in cuda_backend.cpp).
+void vmm_backend::map_with_access(device_addr va, chunk_handle h) {
+  count(vmm_call::map);
+  check_aligned(vmm_call::map, va, chunk_bytes());
+  do_map_with_access(va, h);
+}
+
+void vmm_backend::do_map_with_access(device_addr va, chunk_handle h) {
+  do_map(va, h);
+  count(vmm_call::set_access);
+  try {
+    do_set_access(va, chunk_bytes());
+  } catch (...) {
+    count(vmm_call::unmap);
+    do_unmap(va, chunk_bytes());
+    throw;
+  }
+}
+
 void vmm_backend::unmap(device_addr va, std::uint64_t bytes) {
   count(vmm_call::unmap);
   check_aligned(vmm_call::unmap, va, bytes);

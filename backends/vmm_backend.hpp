@@ -118,6 +118,10 @@ class vmm_backend {
   void set_access(device_addr va, std::uint64_t bytes);
   /// Unmaps the mapped span `[va, va + bytes)`.
   void unmap(device_addr va, std::uint64_t bytes);
+  /// map(va, h), then set_access over that chunk: counted and charged as those two calls. When the
+  /// access fails, the mapping is undone (counted as an unmap) before the error propagates. A
+  /// backend may do both with less work between its driver calls (Note [Map with access]).
+  void map_with_access(device_addr va, chunk_handle h);
 
   /// Calls and charged time so far.
   [[nodiscard]] const vmm_counters& counters() const { return counters_; }
@@ -128,9 +132,10 @@ class vmm_backend {
   vmm_backend() = default;
   /// Adds `ns` to the time charged to `call`.
   void charge(vmm_call call, std::uint64_t ns) { counters_.time_ns[static_cast<std::size_t>(call)] += ns; }
+  /// Counts a call of kind `call` (the public methods do; do_map_with_access counts what it adds).
+  void count(vmm_call call) { ++counters_.calls[static_cast<std::size_t>(call)]; }
 
  private:
-  void count(vmm_call call) { ++counters_.calls[static_cast<std::size_t>(call)]; }
   void check_aligned(vmm_call call, device_addr va, std::uint64_t bytes) const;
 
   [[nodiscard]] virtual std::uint64_t do_granularity_bytes() const { return k_chunk_bytes; }
@@ -142,6 +147,8 @@ class vmm_backend {
   virtual void do_map(device_addr va, chunk_handle h) = 0;
   virtual void do_set_access(device_addr va, std::uint64_t bytes) = 0;
   virtual void do_unmap(device_addr va, std::uint64_t bytes) = 0;
+  /// The map is counted already; counts and runs the set-access (and the unmap of a failure).
+  virtual void do_map_with_access(device_addr va, chunk_handle h);
   [[nodiscard]] virtual vmm_live do_live() const = 0;
 
   vmm_counters counters_;

@@ -15,17 +15,8 @@ void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
   const std::uint64_t chunk = backend.chunk_bytes();
   std::size_t done = 0;
   try {
-    for (; done < job.maps.size(); ++done) {
-      const mapping_entry& e = job.maps[done];
-      backend.map(e.va, e.handle);
-      try {
-        backend.set_access(e.va, chunk);
-      } catch (...) {
-        backend.unmap(e.va, chunk);
-        throw;
-      }
-    }
-  } catch (...) {
+    for (; done < job.maps.size(); ++done) backend.map_with_access(job.maps[done].va, job.maps[done].handle);
+  } catch (...) {  // the failed call undid itself
     for (std::size_t i = 0; i < done; ++i) backend.unmap(job.maps[i].va, chunk);
     throw;
   }

@@ -319,6 +319,47 @@ void check_counters_count_every_call_by(bool gpu) {
 TEST_CASE("conformance: counters count every call by kind, failed ones included") { check_counters_count_every_call_by(false); }
 TEST_CASE("conformance on cuda: counters count every call by kind, failed ones included" * doctest::test_suite("gpu")) { check_counters_count_every_call_by(true); }
 
+void check_map_with_access(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
+    const device_addr base = b.reserve(4 * k_mib);
+    const device_addr gone = b.reserve(4 * k_mib);
+    b.free_range(gone);
+    const auto h = b.create_chunk();
+    const auto dead = b.create_chunk();
+    REQUIRE(h);
+    REQUIRE(dead);
+    b.release_chunk(*dead);
+    const vmm_counters before = b.counters();
+
+    b.map_with_access(base, *h);  // mapped and accessible: it can be mapped again elsewhere, unmapped
+    CHECK(b.live().mappings == 1);
+    check_vmm_error(vmm_call::map, [&] { b.map_with_access(base, *h); });           // onto a mapped span
+    check_vmm_error(vmm_call::map, [&] { b.map_with_access(gone, *h); });           // outside any range
+    check_vmm_error(vmm_call::map, [&] { b.map_with_access(base + k_chunk_bytes, *dead); });  // released
+    check_vmm_error(vmm_call::map, [&] { b.map_with_access(base + k_chunk_bytes, chunk_handle{}); });
+    CHECK(b.live().mappings == 1);
+    check_vmm_error(vmm_call::release, [&] { b.release_chunk(*h); });  // still mapped
+    b.map_with_access(base + k_chunk_bytes, *h);  // one chunk at two addresses
+    b.set_access(base, 2 * k_chunk_bytes);
+    b.unmap(base, 2 * k_chunk_bytes);
+
+    const vmm_counters& c = b.counters();
+    CHECK(c.calls_of(vmm_call::map) - before.calls_of(vmm_call::map) == 6);
+    CHECK(c.calls_of(vmm_call::set_access) - before.calls_of(vmm_call::set_access) == 3);  // after the 2 good maps + 1
+    CHECK(c.calls_of(vmm_call::unmap) - before.calls_of(vmm_call::unmap) == 1);
+    b.release_chunk(*h);
+    b.free_range(base);
+    check_empty(b);
+  });
+}
+TEST_CASE("conformance: map_with_access maps with access, counts both calls, and breaks no rule") {
+  check_map_with_access(false);
+}
+TEST_CASE("conformance on cuda: map_with_access maps with access, counts both calls, and breaks no rule" *
+          doctest::test_suite("gpu")) {
+  check_map_with_access(true);
+}
+
 }  // TEST_SUITE
 
 }  // namespace

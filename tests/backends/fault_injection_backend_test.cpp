@@ -29,6 +29,29 @@ std::vector<bool> create_failures(std::uint64_t seed, double p, int n) {
 
 TEST_SUITE("backends") {
 
+TEST_CASE("map_with_access: a failed set-access undoes the map, counted as an unmap") {
+  const auto b = faulty_sim(0);
+  b->fail_nth(vmm_call::set_access, 1);
+  const device_addr base = b->reserve(4 * k_mib);
+  const auto h = b->create_chunk();
+  REQUIRE(h);
+  check_vmm_error(vmm_call::set_access, [&] { b->map_with_access(base, *h); });
+  CHECK(b->live().mappings == 0);
+  CHECK(b->inner().live().mappings == 0);
+  CHECK(b->counters().calls_of(vmm_call::map) == 1);
+  CHECK(b->counters().calls_of(vmm_call::set_access) == 1);
+  CHECK(b->counters().calls_of(vmm_call::unmap) == 1);
+  b->map_with_access(base, *h);  // the rule fired once: now it maps, with access
+  CHECK(dynamic_cast<const sim_backend&>(b->inner()).accessible(base));
+  b->fail_nth(vmm_call::map, 3);  // the next map
+  check_vmm_error(vmm_call::map, [&] { b->map_with_access(base + k_chunk_bytes, *h); });
+  CHECK(b->counters().calls_of(vmm_call::set_access) == 2);  // no set-access after a failed map
+  b->unmap(base, k_chunk_bytes);
+  b->release_chunk(*h);
+  b->free_range(base);
+  CHECK(b->live().chunks == 0);
+}
+
 TEST_CASE("fault_injection_backend: the n-th call fails once, without reaching the inner backend") {
   const auto b = faulty_sim(0);
   CHECK(b->name() == "fault_injection(sim)");
