@@ -31,6 +31,10 @@ scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_confi
       tensor_span_(geometry_.tensor_span_bytes(config.max_context_tokens)),
       ops_(backend, geometry_, vtensor_bytes_, std::move(eviction), config.range_cache) {
   if (config_.max_context_tokens == 0) throw std::invalid_argument("scheduler: max context tokens must be positive");
+  if (config_.lookahead_batch == 0 || config_.lookahead_batch > std::max<std::uint32_t>(1, config_.lookahead_pages)) {
+    throw std::invalid_argument(fmt::format("scheduler: lookahead batch {} must be between 1 and the lookahead ({})",
+                                            config_.lookahead_batch, config_.lookahead_pages));
+  }
   if (config_.async_lookahead || config_.create_ahead_chunks > 0) ops_.enable_async();
 }
 
@@ -118,11 +122,23 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
   r.mapped_pages = first + pages;
 }
 
-// Keeps `lookahead_pages` pages mapped past the `needed` ones, best effort (no eviction for
-// speculation); through the worker when asynchronous.
+// Note [Lookahead in runs]
+// The driver charges more for a map + set-access whose address is far from the previous call's:
+// single chunks 16 MiB apart cost 5% more than contiguous ones, 256 MiB apart 32% more, 1 GiB
+// apart 56%, while runs of 4 contiguous chunks 16 MiB apart cost no more than contiguous ones
+// (results/gpu/2026-12-02-h200-map-overhead-final.txt, address patterns). Growing a kv-split
+// request by one page maps one chunk in each tensor span, a span apart (16 MiB at an 8k context,
+// 256 MiB at 128k for Llama-3-8B): the dearest pattern. With lookahead_batch b, a request is
+// topped up only once b pages are missing ahead (or the rest of its range is shorter), so each
+// top-up maps runs of b chunks per tensor. The mean lookahead held is then about k - b/2 pages
+// instead of k.
+
+// Keeps up to `lookahead_pages` pages mapped past the `needed` ones, best effort (no eviction for
+// speculation), in runs of `lookahead_batch` pages; through the worker when asynchronous.
 void scheduler::top_up(vtensor_record& r, std::uint32_t needed) {
   const std::uint32_t target = lookahead_target(r, needed);
   if (r.mapped_pages >= target) return;
+  if (target - r.mapped_pages < config_.lookahead_batch && target < max_pages(r)) return;
   std::vector<chunk_id> chunks;
   alloc_ahead(target - r.mapped_pages, chunks);
   try {

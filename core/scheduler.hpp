@@ -30,6 +30,10 @@ enum class partial_page_policy : std::uint8_t {
 struct scheduler_config {
   std::uint64_t max_context_tokens = 131072;           ///< tokens every vTensor range can hold
   std::uint32_t lookahead_pages = 0;                   ///< pages mapped ahead of need (k)
+  /// Lookahead pages mapped at a time (1 to k): a request is topped up once at least this many
+  /// pages are missing ahead, so the driver gets runs of that many chunks per tensor (Note
+  /// [Lookahead in runs]). 1: topped up at every page boundary.
+  std::uint32_t lookahead_batch = 1;
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page handling
   std::size_t range_cache = 256;                       ///< freed vTensor ranges kept reserved
   bool record_on_preempt = true;                       ///< a preempted request's prefix stays cached

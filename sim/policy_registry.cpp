@@ -20,6 +20,7 @@ std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy
     v.manager.scheduler.max_context_tokens = o.max_context_tokens;
     v.device.device_index = o.device_index;
     v.manager.scheduler.lookahead_pages = o.lookahead_pages;
+    v.manager.scheduler.lookahead_batch = o.lookahead_batch;
     v.manager.scheduler.async_lookahead = o.lookahead_pages > 0 && o.async_lookahead;
     v.manager.scheduler.create_ahead_chunks = o.create_ahead_chunks;
     v.manager.scheduler.partial = o.partial;

@@ -24,6 +24,7 @@ struct kv_policy_options {
   bool zero_latency = false;              ///< sim backend charges nothing
   kv_layout layout = kv_layout::kv_fused;  ///< vtensor tensor layout
   std::uint32_t lookahead_pages = 0;      ///< vtensor pages mapped ahead
+  std::uint32_t lookahead_batch = 1;      ///< vtensor lookahead pages mapped at a time
   bool async_lookahead = true;            ///< vtensor: lookahead mapped by the worker thread (when lookahead_pages > 0)
   std::uint32_t create_ahead_chunks = 0;  ///< vtensor: the worker keeps this many chunks created (0: off)
   int device_index = 0;                   ///< cuda backend: which GPU

@@ -179,6 +179,7 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
           {"kv_bytes_per_token", m.geometry.bytes_per_token()},
           {"max_context_tokens", m.scheduler.max_context_tokens},
           {"lookahead_pages", m.scheduler.lookahead_pages},
+          {"lookahead_batch", m.scheduler.lookahead_batch},
           {"async_lookahead", runs_worker(m.scheduler)},
           {"create_ahead_chunks", m.scheduler.create_ahead_chunks},
           {"partial", std::string(to_string(m.scheduler.partial))},

@@ -228,6 +228,8 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
          "KV memory per GPU: 80GiB, 500MiB, 1e9, or unlimited (default: GPU memory minus the weights)")
         ("layout", po::value<std::string>()->default_value("kv-fused"), "vtensor layout: kv-split, kv-fused, token-major")
         ("lookahead", po::value<std::uint32_t>()->default_value(0), "vtensor pages mapped ahead of need")
+        ("lookahead-batch", po::value<std::uint32_t>()->default_value(1),
+         "lookahead pages mapped at a time, 1 to --lookahead (runs per tensor: cheaper for the driver)")
         ("async-lookahead", po::value<bool>()->default_value(true),
          "map lookahead pages on the background worker (true/false; only with --lookahead > 0)")
         ("create-ahead", po::value<std::uint32_t>()->default_value(0), "the worker keeps N chunks created in the free pool")
@@ -299,6 +301,10 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
     if (!layout) throw usage_error(fmt::format("--layout: unknown layout '{}' (kv-split, kv-fused, token-major)", layout_text));
     po_opts.layout = *layout;
     po_opts.lookahead_pages = get<std::uint32_t>(v, "lookahead");
+    po_opts.lookahead_batch = get<std::uint32_t>(v, "lookahead-batch");
+    if (po_opts.lookahead_batch == 0 || po_opts.lookahead_batch > std::max<std::uint32_t>(1, po_opts.lookahead_pages)) {
+      throw usage_error(fmt::format("--lookahead-batch must be between 1 and --lookahead ({})", po_opts.lookahead_pages));
+    }
     po_opts.async_lookahead = v["async-lookahead"].as<bool>();
     po_opts.create_ahead_chunks = get<std::uint32_t>(v, "create-ahead");
     po_opts.device_index = get<int>(v, "device");

@@ -156,9 +156,16 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   const std::uint64_t block_chunks = requests * per_request;
   mc.scheduler.range_cache = requests + 1;  // the block's ranges stay reserved
 
-  cuda_backend b(config.device, (3 * block_chunks + 64) * chunk);
+  cuda_backend b(config.device, (5 * block_chunks + 64) * chunk);
   manager mgr(b, mc);
   const manager_blocks blocks{mgr, requests, k_tokens, k_step};
+  // Lookahead of 4 pages mapped in runs of 4 (Note [Lookahead in runs]), on requests of 8192
+  // tokens so that extends have pages to map ahead.
+  manager_config rc = mc;
+  rc.scheduler.lookahead_pages = 4;
+  rc.scheduler.lookahead_batch = 4;
+  manager mgr_runs(b, rc);
+  const manager_blocks runs_blocks{mgr_runs, requests, 2 * k_tokens, k_step};
   sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
   manager mgr_sim(sim, mc);
   const manager_blocks sim_blocks{mgr_sim, requests, k_tokens, k_step};
@@ -172,6 +179,8 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   }
   (void)blocks.create();  // the manager's chunks and ranges now exist
   (void)blocks.extend();
+  (void)runs_blocks.create();
+  (void)runs_blocks.extend();
   (void)sim_blocks.create();
 
   // The manager's calls, logged once, to replay bare.
@@ -236,6 +245,11 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
        [&] {
          b.bare_synchronize();
          return blocks.extend();
+       }},
+      {"extend_runs", "manager extend with 4 pages of lookahead mapped in runs of 4 (8192-token requests)",
+       [&] {
+         b.bare_synchronize();
+         return runs_blocks.extend();
        }},
       {"replay_create", "a manager create's driver calls replayed bare (its addresses and chunks)",
        [&] { return replay(create_log); }},
@@ -351,6 +365,7 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   const std::uint64_t creates_in_rounds = b.counters().calls_of(vmm_call::create) - creates_before;
   const std::uint64_t reserves_in_rounds = b.counters().calls_of(vmm_call::reserve) - reserves_before;
   mgr.shutdown();
+  mgr_runs.shutdown();
   for (chunk_handle h : handles) b.release_chunk(h);
   b.free_range(base);
   if (config.patterns) {

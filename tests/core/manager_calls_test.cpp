@@ -1,5 +1,7 @@
 // The exact VMM call sequences of create, extend and finish, on the recording mock backend.
 
+#include <algorithm>
+
 #include <doctest/doctest.h>
 
 #include <string>
@@ -89,4 +91,36 @@ TEST_CASE("vmm calls: lookahead maps ahead at create and when a page boundary is
   REQUIRE(m.extend(request_id{1}, 9000) == alloc_status::ok);  // into page 1, already mapped
   CHECK(rec.take().empty());
   CHECK(m.view(request_id{1})->mapped_tokens == 16384);
+}
+
+TEST_CASE("vmm calls: lookahead in runs tops a request up only once a whole batch is missing") {
+  const auto maps = [](std::vector<std::string> cs) {
+    return std::count_if(cs.begin(), cs.end(), [](const std::string& c) { return c.rfind("map ", 0) == 0; });
+  };
+  auto config = tiny_config(4);
+  config.scheduler.max_context_tokens = 16 * 8192;  // 16 pages of 8192 tokens, 2 tensors
+  config.scheduler.lookahead_batch = 4;
+  recording_backend rec;
+  manager m(rec, config);
+  REQUIRE(m.create(request_id{1}, {}, 1).ok());
+  CHECK(maps(rec.take()) == 2 * 5);  // page 0 and 4 ahead
+  for (int page = 1; page <= 3; ++page) {  // into pages 1-3: 1, 2, 3 pages missing ahead
+    REQUIRE(m.extend(request_id{1}, 8192) == alloc_status::ok);
+    CHECK(maps(rec.take()) == 0);
+  }
+  REQUIRE(m.extend(request_id{1}, 8192) == alloc_status::ok);  // into page 4: 4 missing, one run each
+  const auto topped = rec.take();
+  CHECK(maps(topped) == 2 * 4);
+  const auto first_map = std::find_if(topped.begin(), topped.end(), [](const std::string& c) { return c.rfind("map ", 0) == 0; });
+  REQUIRE(first_map != topped.end());
+  CHECK(*first_map == "map r0+10MiB c11");  // tensor 0, pages 5-8 in one run: 10, 12, 14, 16 MiB
+  CHECK((first_map + 2)->rfind("map r0+12MiB ", 0) == 0);  // after its set-access: the next page of tensor 0
+  CHECK(m.view(request_id{1})->mapped_tokens == 9 * 8192);
+  m.check_invariants();
+
+  config.scheduler.lookahead_batch = 5;  // more than the lookahead
+  recording_backend other;
+  CHECK_THROWS_AS(manager(other, config), std::invalid_argument);
+  config.scheduler.lookahead_batch = 0;
+  CHECK_THROWS_AS(manager(other, config), std::invalid_argument);
 }
