@@ -58,7 +58,8 @@ struct cuda_backend::state {
   // first used), the range last used is looked at first, and the change to a chunk's mapping count
   // is appended to a log that is applied to the per-chunk table only when a release needs the
   // counts (or the log grows long). map_with_access checks and records once for both calls and
-  // leaves the handle's validity to the driver: about five lines a chunk instead of twenty.
+  // leaves the handle's validity to the driver: about five lines a chunk instead of twenty, and
+  // the host work between driver calls fell to 0.15 us a chunk (...-map-overhead-final.txt).
   struct range_info {
     static constexpr std::uint64_t k_leaf = 512;
     using leaf = std::array<std::uint64_t, k_leaf>;  // handle mapped at each chunk (0: none)

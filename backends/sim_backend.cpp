@@ -202,7 +202,16 @@ std::uint64_t sim_backend::mapping_count(chunk_handle h) const {
 
 // ---- mappings --------------------------------------------------------------------------------
 
-void sim_backend::do_map(device_addr va, chunk_handle h) {
+void sim_backend::do_map(device_addr va, chunk_handle h) { (void)map_span(va, h); }
+
+void sim_backend::do_map_with_access(device_addr va, chunk_handle h) {
+  span_state& span = map_span(va, h);  // a span just mapped cannot refuse access: one lookup for both
+  count(vmm_call::set_access);
+  span.accessible = true;
+  charge(vmm_call::set_access, cost_ns_[static_cast<std::size_t>(vmm_call::set_access)]);
+}
+
+sim_backend::span_state& sim_backend::map_span(device_addr va, chunk_handle h) {
   const auto range = find_range(va);
   if (range == ranges_.end()) [[unlikely]] {
     throw vmm_error(vmm_call::map, va, "range not reserved");
@@ -227,6 +236,7 @@ void sim_backend::do_map(device_addr va, chunk_handle h) {
   ++slot.mapped_at;
   ++mappings_;
   charge(vmm_call::map, cost_ns_[static_cast<std::size_t>(vmm_call::map)]);
+  return span;
 }
 
 void sim_backend::throw_unmapped(vmm_call call, device_addr span, device_addr va,

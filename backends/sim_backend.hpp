@@ -95,6 +95,7 @@ class sim_backend final : public vmm_backend {
   void do_release_chunk(chunk_handle h) override;
   void do_map(device_addr va, chunk_handle h) override;
   void do_set_access(device_addr va, std::uint64_t bytes) override;
+  void do_map_with_access(device_addr va, chunk_handle h) override;
   void do_unmap(device_addr va, std::uint64_t bytes) override;
   [[nodiscard]] vmm_live do_live() const override;
 
@@ -105,6 +106,8 @@ class sim_backend final : public vmm_backend {
   [[nodiscard]] std::span<span_state> mapped_spans(vmm_call call, device_addr va, std::uint64_t bytes,
                                                    range_info*& range);
   [[nodiscard]] chunk_slot& live_slot(vmm_call call, device_addr addr, chunk_handle h);
+  /// do_map's work; returns the span now mapped.
+  span_state& map_span(device_addr va, chunk_handle h);
   [[noreturn]] void throw_unmapped(vmm_call call, device_addr span, device_addr va,
                                    std::uint64_t bytes) const;
   void add_free_block(device_addr base, std::uint64_t bytes);

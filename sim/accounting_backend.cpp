@@ -31,29 +31,54 @@ std::uint64_t accounting_backend::price_ns(vmm_call call, std::uint64_t chunks) 
 
 template <typename F>
 decltype(auto) accounting_backend::booked(vmm_call call, std::uint64_t chunks, F&& fn) {
-  const auto k = static_cast<std::size_t>(call);
   const std::uint64_t before = inner().counters().time_ns_of(call);
   struct book_guard {  // books also when the call throws
     accounting_backend& self;
     vmm_call call;
-    std::size_t k;
     std::uint64_t chunks;
     std::uint64_t before;
     ~book_guard() {
-      const std::uint64_t charged = self.inner().counters().time_ns_of(call) - before;
-      const std::uint64_t price = self.price_ns(call, chunks);
-      if (std::this_thread::get_id() == self.step_thread_) {
-        ++self.step_.calls[k];
-        self.step_.charged_ns[k] += charged;
-        self.step_.model_ns[k] += price;
-      } else {
-        self.worker_calls_[k].fetch_add(1, std::memory_order_relaxed);
-        self.worker_charged_ns_[k].fetch_add(charged, std::memory_order_relaxed);
-        self.worker_model_ns_[k].fetch_add(price, std::memory_order_relaxed);
+      self.book(call, 1, self.inner().counters().time_ns_of(call) - before, self.price_ns(call, chunks));
+    }
+  } guard{*this, call, chunks, before};
+  return forward(call, std::forward<F>(fn));
+}
+
+void accounting_backend::book(vmm_call call, std::uint64_t calls, std::uint64_t charged, std::uint64_t price) {
+  const auto k = static_cast<std::size_t>(call);
+  if (std::this_thread::get_id() == step_thread_) {
+    step_.calls[k] += calls;
+    step_.charged_ns[k] += charged;
+    step_.model_ns[k] += price;
+  } else {
+    worker_calls_[k].fetch_add(calls, std::memory_order_relaxed);
+    worker_charged_ns_[k].fetch_add(charged, std::memory_order_relaxed);
+    worker_model_ns_[k].fetch_add(price, std::memory_order_relaxed);
+  }
+}
+
+void accounting_backend::do_map_with_access(device_addr va, chunk_handle h) {
+  // The public map_with_access counted the map; the set-access (and the unmap of a failure) are
+  // counted here, as many as the inner backend counted. Every mapping call covers one chunk.
+  const vmm_counters before = inner().counters();
+  struct book_guard {  // books also when the call throws
+    accounting_backend& self;
+    const vmm_counters& before;
+    ~book_guard() {
+      const vmm_counters& after = self.inner().counters();
+      for (const vmm_call call : {vmm_call::map, vmm_call::set_access, vmm_call::unmap}) {
+        const std::uint64_t calls = after.calls_of(call) - before.calls_of(call);
+        const std::uint64_t charged = after.time_ns_of(call) - before.time_ns_of(call);
+        if (calls == 0) continue;
+        self.book(call, calls, charged, self.price_ns(call, calls));
+        self.charge(call, charged);
+        if (call != vmm_call::map) {
+          for (std::uint64_t i = 0; i < calls; ++i) self.count(call);
+        }
       }
     }
-  } guard{*this, call, k, chunks, before};
-  return forward(call, std::forward<F>(fn));
+  } guard{*this, before};
+  inner().map_with_access(va, h);
 }
 
 device_addr accounting_backend::do_reserve(std::uint64_t bytes) {

@@ -56,6 +56,10 @@ class accounting_backend final : public backend_adaptor {
   void do_map(device_addr va, chunk_handle h) override;
   void do_set_access(device_addr va, std::uint64_t bytes) override;
   void do_unmap(device_addr va, std::uint64_t bytes) override;
+  /// One map_with_access of the inner backend, booked as the calls it counted.
+  void do_map_with_access(device_addr va, chunk_handle h) override;
+  /// Books `calls` calls of `call` (charged `charged` ns by the inner backend) to this thread's side.
+  void book(vmm_call call, std::uint64_t calls, std::uint64_t charged, std::uint64_t price);
 
   /// Forwards `fn` (a call of kind `call` over `chunks` mappings) and books it to its side.
   template <typename F>

@@ -48,13 +48,20 @@ namespace vtensor {
 // manager's time into driver calls and host time before, between and after them; and the
 // manager's host work alone is timed on the zero-latency simulated device.
 //
-// Measured (results/gpu/): the gap was first 13-20% (kv-split). Two changes closed most of it:
-// a set-access per chunk instead of one per run of chunks (Note [One set-access per chunk]), and
-// tracking on the cuda backend that touches few cache lines (Note [Tracking on the map path]),
-// since every driver call leaves the calling thread's caches cold: the manager's host work is
-// 0.1 us a chunk on the simulated device but was 1.2 us between driver calls on the GPU machine.
-// Running the driver calls on the mapping worker instead, so that bookkeeping and driver use
-// different cores, was measured too and was slower (the hand-off costs more than it saves).
+// Measured (results/gpu/2026-12-02-h200-map-overhead-*.txt). The gap to raw was first 13-20%.
+// Host side: every driver call leaves the calling thread's caches cold, so the manager's host
+// work, 0.1 us a chunk on the simulated device, cost 1.2 us between driver calls on the GPU
+// machine. A set-access per chunk instead of one per run (Note [One set-access per chunk]), a
+// cuda backend that touches few cache lines (Note [Tracking on the map path]) and map + set-access
+// as one call of the contract (Note [Map with access]) brought that to 0.15-0.2 us: the manager
+// now costs 0.99-1.02 x the same driver calls issued bare. Driver side: the driver charges by
+// address pattern (--map-overhead-patterns): single chunks 4-16 MiB apart cost 5% more than
+// contiguous ones, 256 MiB apart 32%, 1 GiB apart 56%; runs of 4 chunks 16 MiB apart cost the
+// same as contiguous. So kv-split and kv-fused, whose pages are one chunk in each tensor span,
+// cost 3-5% more (create, runs of 4-8 a tensor) and 10-15% more (extend by a page) than contiguous
+// addresses even with bare calls; token-major does not. Lookahead in runs (Note [Lookahead in
+// runs]) brings extend to 1.05-1.06. Running the driver calls on the mapping worker, so that
+// bookkeeping and driver use different cores, was measured too and was slower.
 
 namespace {
 
