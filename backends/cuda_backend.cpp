@@ -33,9 +33,11 @@ struct driver_api {
 
 using steady = std::chrono::steady_clock;
 
-std::uint64_t elapsed_ns(steady::time_point since) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - since).count());
+std::uint64_t ns_between(steady::time_point from, steady::time_point to) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
+
+std::uint64_t elapsed_ns(steady::time_point since) { return ns_between(since, steady::now()); }
 
 }  // namespace
 
@@ -267,11 +269,17 @@ void cuda_backend::do_release_chunk(chunk_handle h) {
   s_->chunks.erase(chunk);
 }
 
-void cuda_backend::do_map(device_addr va, chunk_handle h) {
+void cuda_backend::do_map(device_addr va, chunk_handle h) { map_chunk(va, h, false); }
+
+void cuda_backend::do_map_with_access(device_addr va, chunk_handle h) { map_chunk(va, h, true); }
+
+// Checks and records once around the driver calls (Note [Tracking on the map path]). With access,
+// an unknown or released handle is the driver's to reject (CUDA_ERROR_INVALID_VALUE), and a failed
+// set-access unmaps before the error propagates.
+void cuda_backend::map_chunk(device_addr va, chunk_handle h, bool with_access) {
   auto range = s_->range_holding(va, k_chunk_bytes);
   if (range == s_->ranges.end()) throw vmm_error(vmm_call::map, va, "span not inside a reserved range");
-  auto chunk = s_->chunks.find(h.value);
-  if (chunk == s_->chunks.end()) {
+  if (with_access ? h.value == 0 : !s_->chunks.contains(h.value)) {
     throw vmm_error(vmm_call::map, va, fmt::format("chunk {:#x} is unknown or released", h.value));
   }
   std::uint64_t& slot = range->second.slot((va - range->first) / k_chunk_bytes);
@@ -280,43 +288,21 @@ void cuda_backend::do_map(device_addr va, chunk_handle h) {
   const auto t0 = steady::now();
   const CUresult r = s_->api.cuMemMap_(va, k_chunk_bytes, 0, h.value, 0);
   const auto t1 = steady::now();
-  charge(vmm_call::map, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+  charge(vmm_call::map, ns_between(t0, t1));
   if (s_->call_log != nullptr) s_->log(vmm_call::map, va, k_chunk_bytes, h.value, t0, t1);
   s_->check(r, vmm_call::map, va, "cuMemMap");
-  slot = h.value;
-  s_->note_mapping(h.value, +1);
-  ++range->second.mapped_spans;
-  ++s_->mappings;
-}
-
-void cuda_backend::do_map_with_access(device_addr va, chunk_handle h) {
-  auto range = s_->range_holding(va, k_chunk_bytes);
-  if (range == s_->ranges.end()) throw vmm_error(vmm_call::map, va, "span not inside a reserved range");
-  if (h.value == 0) throw vmm_error(vmm_call::map, va, "chunk 0x0 is unknown or released");
-  std::uint64_t& slot = range->second.slot((va - range->first) / k_chunk_bytes);
-  if (slot != 0) throw vmm_error(vmm_call::map, va, "span already mapped");
-  s_->make_current();
-  // An unknown or released handle is the driver's to reject (CUDA_ERROR_INVALID_VALUE).
-  const auto t0 = steady::now();
-  const CUresult r = s_->api.cuMemMap_(va, k_chunk_bytes, 0, h.value, 0);
-  const auto t1 = steady::now();
-  const auto ns = [](steady::time_point a, steady::time_point b) {
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
-  };
-  charge(vmm_call::map, ns(t0, t1));
-  if (s_->call_log != nullptr) s_->log(vmm_call::map, va, k_chunk_bytes, h.value, t0, t1);
-  s_->check(r, vmm_call::map, va, "cuMemMap");
-  count(vmm_call::set_access);
-  const CUresult a = s_->api.cuMemSetAccess_(va, k_chunk_bytes, &s_->access, 1);
-  const auto t2 = steady::now();
-  charge(vmm_call::set_access, ns(t1, t2));
-  if (s_->call_log != nullptr) s_->log(vmm_call::set_access, va, k_chunk_bytes, 0, t1, t2);
-  if (a != CUDA_SUCCESS) {
-    count(vmm_call::unmap);
-    const CUresult u = s_->api.cuMemUnmap_(va, k_chunk_bytes);
-    charge(vmm_call::unmap, ns(t2, steady::now()));
-    (void)u;  // the set-access error is the one reported
-    s_->check(a, vmm_call::set_access, va, "cuMemSetAccess");
+  if (with_access) {
+    count(vmm_call::set_access);
+    const CUresult a = s_->api.cuMemSetAccess_(va, k_chunk_bytes, &s_->access, 1);
+    const auto t2 = steady::now();
+    charge(vmm_call::set_access, ns_between(t1, t2));
+    if (s_->call_log != nullptr) s_->log(vmm_call::set_access, va, k_chunk_bytes, 0, t1, t2);
+    if (a != CUDA_SUCCESS) {
+      count(vmm_call::unmap);
+      (void)s_->api.cuMemUnmap_(va, k_chunk_bytes);  // the set-access error is the one reported
+      charge(vmm_call::unmap, elapsed_ns(t2));
+      s_->check(a, vmm_call::set_access, va, "cuMemSetAccess");
+    }
   }
   slot = h.value;
   s_->note_mapping(h.value, +1);
@@ -335,8 +321,7 @@ void cuda_backend::do_set_access(device_addr va, std::uint64_t bytes) {
   const auto t0 = steady::now();
   const CUresult r = s_->api.cuMemSetAccess_(va, bytes, &s_->access, 1);
   const auto t1 = steady::now();
-  charge(vmm_call::set_access,
-         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+  charge(vmm_call::set_access, ns_between(t0, t1));
   if (s_->call_log != nullptr) s_->log(vmm_call::set_access, va, bytes, 0, t0, t1);
   s_->check(r, vmm_call::set_access, va, "cuMemSetAccess");
 }

@@ -87,6 +87,8 @@ class cuda_backend final : public vmm_backend {
   void do_set_access(device_addr va, std::uint64_t bytes) override;
   void do_unmap(device_addr va, std::uint64_t bytes) override;
   void do_map_with_access(device_addr va, chunk_handle h) override;
+  /// do_map, and with `with_access` do_map_with_access.
+  void map_chunk(device_addr va, chunk_handle h, bool with_access);
   [[nodiscard]] vmm_live do_live() const override;
 
   std::unique_ptr<state> s_;

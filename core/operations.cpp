@@ -175,9 +175,8 @@ void operations::copy_prefix(device_addr dst, chunk_id src, std::uint64_t bytes)
   }
   std::lock_guard lock(backend_mutex_);
   if (scratch_ == 0) scratch_ = backend_.reserve(geometry_.chunk_bytes());
-  backend_.map(scratch_, r.handle);
+  backend_.map_with_access(scratch_, r.handle);
   try {
-    backend_.set_access(scratch_, geometry_.chunk_bytes());
     if (copy_) copy_(dst, scratch_, bytes);
   } catch (...) {
     backend_.unmap(scratch_, geometry_.chunk_bytes());

@@ -88,8 +88,8 @@ std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64
 // Maps `chunks` (page-major: page i's chunk of tensor t is chunks[i * tensors + t]) as the pages
 // following the request's mapped ones, the first `shared_count` of them shared. The bookkeeping
 // is done first and the driver calls then run back to back, a map and a set-access per chunk
-// (Note [One set-access per chunk]): at once, or on the worker when `deferred` (Note [Deferred mappings]). Strong
-// guarantee: on a failure nothing of it stays mapped or recorded.
+// (Note [One set-access per chunk]): at once, or on the worker when `deferred` (Note [Deferred
+// mappings]). Strong guarantee: on a failure nothing of it stays mapped or recorded.
 void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count,
                           bool deferred) {
   const std::uint32_t tensors = geometry_.tensors();

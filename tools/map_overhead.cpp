@@ -198,17 +198,23 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   (void)blocks.extend();
   b.set_call_log(nullptr);
 
-  const auto raw_bare = [&] {
-    b.bare_synchronize();
-    const auto t = clock::now();
-    for (std::uint64_t i = 0; i < block_chunks; ++i) {
-      b.bare_map(base + i * chunk, handles[i]);
-      b.bare_set_access(base + i * chunk, chunk);
-    }
-    const block r{ns_since(t), block_chunks};
-    for (std::uint64_t i = 0; i < block_chunks; ++i) b.bare_unmap(base + i * chunk);
-    return r;
+  // Bare map + set-access of the raw chunks, runs of `run` chunks `stride` apart from `from`
+  // (+ `offset`), timed; then unmapped. Raw is one run of contiguous chunks from `base`.
+  const auto pattern = [&](device_addr from, std::uint64_t stride, std::uint64_t run, std::uint64_t offset) {
+    return [&b, &handles, from, stride, run, offset, block_chunks] {
+      const auto at = [&](std::uint64_t i) { return from + (i / run) * stride + (i % run) * k_chunk_bytes + offset; };
+      b.bare_synchronize();
+      const auto t = clock::now();
+      for (std::uint64_t i = 0; i < block_chunks; ++i) {
+        b.bare_map(at(i), handles[i]);
+        b.bare_set_access(at(i), k_chunk_bytes);
+      }
+      const block r{ns_since(t), block_chunks};
+      for (std::uint64_t i = 0; i < block_chunks; ++i) b.bare_unmap(at(i));
+      return r;
+    };
   };
+  const std::function<block()> raw_bare = pattern(base, chunk, 1, 0);
   // `maps_first`: every map of the log, then every set-access (same addresses, other order).
   const auto replay = [&](const std::vector<cuda_call_record>& log, bool maps_first = false) {
     b.bare_synchronize();
@@ -289,20 +295,6 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
       if (!h) throw std::runtime_error("map overhead: out of memory creating neighbour chunks");
       neighbours.push_back(*h);
     }
-    const auto pattern = [&](device_addr from, std::uint64_t stride, std::uint64_t run, std::uint64_t offset) {
-      return [&b, &handles, from, stride, run, offset, block_chunks] {
-        const auto at = [&](std::uint64_t i) { return from + (i / run) * stride + (i % run) * k_chunk_bytes + offset; };
-        b.bare_synchronize();
-        const auto t = clock::now();
-        for (std::uint64_t i = 0; i < block_chunks; ++i) {
-          b.bare_map(at(i), handles[i]);
-          b.bare_set_access(at(i), k_chunk_bytes);
-        }
-        const block r{ns_since(t), block_chunks};
-        for (std::uint64_t i = 0; i < block_chunks; ++i) b.bare_unmap(at(i));
-        return r;
-      };
-    };
     constexpr std::uint64_t mib = std::uint64_t{1} << 20;
     const std::pair<const char*, std::uint64_t> strides[] = {
         {"4MiB", 4 * mib}, {"16MiB", 16 * mib}, {"64MiB", 64 * mib}, {"256MiB", 256 * mib}, {"1GiB", 1024 * mib}};
@@ -329,7 +321,7 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   std::vector<cuda_call_record> log;
   for (int round = 0; round < config.rounds; ++round) {
     for (variant& v : variants) {
-      const auto& ref = v.ref ? v.ref : std::function<block()>(raw_bare);
+      const auto& ref = v.ref ? v.ref : raw_bare;
       const block a1 = ref();
       const block v1 = v.run();
       const block v2 = v.run();
