@@ -2,6 +2,7 @@
 // seed, the Mooncake conversation trace against its infinite-cache bound, the Azure trace
 // (no prefix identity) at 0, and `vtensor replay` options, errors and outputs.
 
+#include "tests/support/bundled_data.hpp"
 #include "tests/support/cli_run.hpp"
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -25,7 +26,7 @@ using vtensor::testing::cli_result;
 cli_result run(const std::vector<std::string>& args) { return vtensor::testing::run_cli(args); }
 
 std::string golden_trace() { return VTENSOR_SOURCE_DIR "/tests/data/sim/mooncake_first_100.jsonl"; }
-std::string shared_trace(const std::string& name) { return VTENSOR_SHARED_DIR "/traces/" + name; }
+using vtensor::testing::bundled_trace;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -119,11 +120,7 @@ TEST_CASE("replay: the same input and seed give byte-identical JSON, time series
 }
 
 TEST_CASE("replay: the whole Mooncake conversation trace with unlimited memory stays under the infinite-cache bound") {
-  const std::string path = shared_trace("mooncake_conversation_trace.jsonl");
-  if (!fs::exists(path)) {
-    MESSAGE("skipped: " << path << " is missing");
-    return;
-  }
+  const std::string path = bundled_trace("mooncake_conversation_trace.jsonl");
   const double bound = infinite_cache_bound(path);
   CHECK(bound == doctest::Approx(0.3736).epsilon(1e-4));
   // Slowed 4x the trace fits one H200: turns arrive after the previous one finished and the hit
@@ -143,8 +140,7 @@ TEST_CASE("replay: the whole Mooncake conversation trace with unlimited memory s
 }
 
 TEST_CASE("replay: the Azure trace, without prefix identity, has a hit rate of 0") {
-  const std::string path = shared_trace("AzureLLMInferenceTrace_conv.csv");
-  const std::string trace = fs::exists(path) ? path : VTENSOR_SOURCE_DIR "/tests/data/traces/azure_small.csv";
+  const std::string trace = bundled_trace("AzureLLMInferenceTrace_conv.csv");
   const fs::path json = temp_file("azure.json");
   const auto r = run({"replay", trace, "--max-requests", "3000", "--no-wall", "--json", json.string()});
   REQUIRE_MESSAGE(r.code == 0, r.err);

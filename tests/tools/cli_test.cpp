@@ -1,4 +1,5 @@
 #include "tools/cli.hpp"
+#include "tests/support/bundled_data.hpp"
 #include "tests/support/cli_run.hpp"
 
 #include <doctest/doctest.h>
@@ -19,7 +20,7 @@ using result = vtensor::testing::cli_result;
 result run(const std::vector<std::string>& args) { return vtensor::testing::run_cli(args); }
 
 std::string data(const std::string& name) { return VTENSOR_SOURCE_DIR "/tests/data/traces/" + name; }
-std::string shared_trace(const std::string& name) { return VTENSOR_SHARED_DIR "/traces/" + name; }
+using vtensor::testing::bundled_trace;
 
 fs::path temp_file(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / "vtensor_cli_test";
@@ -44,7 +45,7 @@ TEST_CASE("vtensor --help lists the subcommands; unknown ones exit 2") {
 
 TEST_CASE("inspect prints the reference hit rate of the Mooncake conversation trace") {
   const fs::path json = temp_file("conversation.json");
-  const auto r = run({"inspect", shared_trace("mooncake_conversation_trace.jsonl"), "--json", json.string()});
+  const auto r = run({"inspect", bundled_trace("mooncake_conversation_trace.jsonl"), "--json", json.string()});
   CHECK(r.code == 0);
   CHECK(r.err.empty());
   CHECK(r.out.find("requests: 12,031") != std::string::npos);

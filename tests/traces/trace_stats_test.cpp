@@ -1,3 +1,4 @@
+#include "tests/support/bundled_data.hpp"
 #include "traces/infinite_prefix_cache.hpp"
 #include "traces/trace_reader.hpp"
 #include "traces/trace_stats.hpp"
@@ -18,7 +19,7 @@ vt::trace_stats stats_of(const std::string& path) {
   return vt::compute_trace_stats(*reader);
 }
 
-std::string shared_trace(const std::string& name) { return VTENSOR_SHARED_DIR "/traces/" + name; }
+using vtensor::testing::bundled_trace;
 std::string data(const std::string& name) { return VTENSOR_SOURCE_DIR "/tests/data/traces/" + name; }
 
 std::string four_decimals(double value) { return fmt::format("{:.4f}", value); }
@@ -84,7 +85,7 @@ TEST_CASE("stats of the small crafted traces") {
 }
 
 TEST_CASE("mooncake conversation trace: reference figures") {
-  const auto stats = stats_of(shared_trace("mooncake_conversation_trace.jsonl"));
+  const auto stats = stats_of(bundled_trace("mooncake_conversation_trace.jsonl"));
   CHECK(stats.requests == 12'031);
   CHECK(stats.prompt_tokens == 144'793'823);
   CHECK(stats.output_tokens == 4'122'048);
@@ -93,7 +94,7 @@ TEST_CASE("mooncake conversation trace: reference figures") {
 }
 
 TEST_CASE("mooncake synthetic trace: reference figures") {
-  const auto stats = stats_of(shared_trace("mooncake_synthetic_trace.jsonl"));
+  const auto stats = stats_of(bundled_trace("mooncake_synthetic_trace.jsonl"));
   CHECK(stats.requests == 3'993);
   CHECK(stats.prompt_tokens == 61'194'628);
   CHECK(stats.output_tokens == 595'432);
@@ -104,16 +105,16 @@ TEST_CASE("mooncake synthetic trace: reference figures") {
 TEST_CASE("azure traces: no prefix identity, zero hit rate") {
   for (const char* name : {"AzureLLMInferenceTrace_conv.csv", "AzureLLMInferenceTrace_code.csv"}) {
     CAPTURE(name);
-    const auto stats = stats_of(shared_trace(name));
+    const auto stats = stats_of(bundled_trace(name));
     CHECK(stats.prefix_hit_rate == 0.0);
     CHECK(stats.requests_with_keys == 0);
   }
-  const auto conv = stats_of(shared_trace("AzureLLMInferenceTrace_conv.csv"));
+  const auto conv = stats_of(bundled_trace("AzureLLMInferenceTrace_conv.csv"));
   CHECK(conv.requests == 19'366);
   CHECK(conv.prompt_tokens == 22'361'870);
   CHECK(conv.output_tokens == 4'088'665);
   CHECK(conv.duration_s == doctest::Approx(3501.7219370));
-  const auto code = stats_of(shared_trace("AzureLLMInferenceTrace_code.csv"));
+  const auto code = stats_of(bundled_trace("AzureLLMInferenceTrace_code.csv"));
   CHECK(code.requests == 8'819);
   CHECK(code.prompt_tokens == 18'059'974);
   CHECK(code.output_tokens == 245'896);
