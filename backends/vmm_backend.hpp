@@ -32,13 +32,15 @@
 #include <string>
 #include <string_view>
 
+#include "backends/units.hpp"
+
 namespace vtensor {
 
 /// A device virtual address (CUdeviceptr on a GPU).
 using device_addr = std::uint64_t;
 
 /// The 2 MiB unit of every chunk vtensor creates.
-inline constexpr std::uint64_t k_chunk_bytes = std::uint64_t{2} << 20;
+inline constexpr std::uint64_t k_chunk_bytes = 2 * k_mib;
 
 /// One physical chunk (CUmemGenericAllocationHandle on a GPU). Opaque to the core.
 struct chunk_handle {

@@ -7,12 +7,6 @@
 
 namespace vtensor {
 
-namespace {
-
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
-
 std::string_view to_string(partial_page_policy p) {
   return p == partial_page_policy::cow ? "cow" : "recompute";
 }
