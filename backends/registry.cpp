@@ -16,10 +16,7 @@ namespace vtensor {
 namespace {
 
 std::unique_ptr<vmm_backend> make_sim(const backend_config& config) {
-  latency_model model = config.zero_latency              ? latency_model::zero()
-                        : config.calibration_file.empty() ? latency_model::h200()
-                                                          : latency_model::load(config.calibration_file);
-  return std::make_unique<sim_backend>(config.capacity_bytes, std::move(model));
+  return std::make_unique<sim_backend>(config.capacity_bytes, latency_model_for(config));
 }
 
 #if VTENSOR_HAVE_CUDA
@@ -27,6 +24,16 @@ std::unique_ptr<vmm_backend> make_cuda(const backend_config& config) {
   return std::make_unique<cuda_backend>(config.device_index, config.capacity_bytes);
 }
 #endif
+
+}  // namespace
+
+latency_model latency_model_for(const backend_config& config) {
+  if (config.zero_latency) return latency_model::zero();
+  if (config.calibration_file.empty()) return latency_model::h200();
+  return latency_model::load(config.calibration_file);
+}
+
+namespace {
 
 struct registry_entry {
   std::string_view name;

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/latency_model.hpp"
 #include "backends/vmm_backend.hpp"
 
 namespace vtensor {
@@ -21,6 +22,11 @@ struct backend_config {
   bool zero_latency = false;     ///< sim: charge nothing (overrides calibration_file)
   int device_index = 0;          ///< cuda: which GPU
 };
+
+/// The latency model that prices VMM calls for `config`: nothing with zero_latency, else the
+/// calibration file, else the built-in H200 figures. The sim backend charges it; replays over any
+/// backend price their calls with it (one selection rule for both). Throws calibration_error.
+[[nodiscard]] latency_model latency_model_for(const backend_config& config);
 
 /// A backend name this build does not have.
 class unknown_backend_error : public std::invalid_argument {

@@ -6,15 +6,8 @@
 namespace vtensor::sim {
 namespace {
 
-// The latency model that prices calls: the sim backend's own (registry rules) on every backend.
-latency_model pricing(const backend_config& d) {
-  if (d.zero_latency) return latency_model::zero();
-  if (d.calibration_file.empty()) return latency_model::h200();
-  return latency_model::load(d.calibration_file);
-}
-
 std::unique_ptr<vmm_backend> make_accounted(const vtensor_policy_options& o) {
-  return std::make_unique<accounting_backend>(make_backend(o.backend, o.device), pricing(o.device));
+  return std::make_unique<accounting_backend>(make_backend(o.backend, o.device), latency_model_for(o.device));
 }
 
 bool runs_worker(const scheduler_config& s) { return s.async_lookahead || s.create_ahead_chunks > 0; }
