@@ -2,7 +2,7 @@
 /// The asynchronous mapping worker: one background thread that issues lookahead mappings (map +
 /// set-access) and creates chunks ahead of need, so that a decode step only waits when a mapping
 /// it needs is not done yet. One thread, because the driver serialises VMM calls: more threads do
-/// not map faster (../shared/calibration/README.md).
+/// not map faster (results/README.md).
 ///
 /// Note [Deferred mappings]: the pool's bookkeeping (vSet, pSet) is done by the caller when it
 /// submits a job, as if the mapping were in place; only the driver calls are deferred. Whoever

@@ -24,7 +24,7 @@ struct manager_config {
   std::string eviction = "lru";                                           ///< rTree eviction policy name
 };
 
-/// A consistent snapshot of memory and activity. Definitions: ../shared/DESIGN.md, "Metrics".
+/// A consistent snapshot of memory and activity. Definitions: docs/metrics.md.
 struct manager_stats {
   std::uint64_t physical_bytes = 0;   ///< chunks created and not released
   std::uint64_t mapped_bytes = 0;     ///< chunks mapped at least once
@@ -106,7 +106,7 @@ class manager {
   /// Drops all live requests and the prefix cache and releases everything to the driver. The
   /// manager stays usable.
   void shutdown();
-  /// Waits for the mapping worker, then checks every invariant of ../shared/DESIGN.md; throws
+  /// Waits for the mapping worker, then checks every invariant of docs/invariants.md; throws
   /// std::logic_error naming the first broken.
   void check_invariants();
 

@@ -52,7 +52,7 @@ enum class release_reason : std::uint8_t {
   preempted,  ///< dropped to free memory; it will be admitted again and recomputed
 };
 
-/// A snapshot of memory. Definitions: ../shared/DESIGN.md, "Metrics".
+/// A snapshot of memory. Definitions: docs/metrics.md.
 struct kv_stats {
   std::uint64_t physical_bytes = 0;     ///< device memory held by the policy
   std::uint64_t mapped_bytes = 0;       ///< of which backing live requests

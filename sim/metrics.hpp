@@ -1,7 +1,7 @@
 #pragma once
 /// What a replay measures: per-request latencies (with nearest-rank percentiles), and memory
 /// and queue state over time (time-weighted means, peaks, and samples on a fixed grid).
-/// Definitions: ../shared/DESIGN.md, "Metrics".
+/// Definitions: docs/metrics.md.
 
 #include <cstdint>
 #include <functional>
