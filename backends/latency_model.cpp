@@ -56,7 +56,7 @@ latency_model latency_model::h200() {
   latency_model model;
   model.device_ = "NVIDIA H200";
   model.source_ =
-      "shared/calibration/h200-probe.txt, 2026-12-02, driver 580.159.04, CUDA 13.0; "
+      "backends/calibration/h200-probe.txt, 2026-12-02, driver 580.159.04, CUDA 13.0; "
       "reserve and free_range: median (p99: largest) of the 1 GiB, 64 GiB, 1 TiB and 16 TiB probes";
   model.set_cost(vmm_call::reserve, {4'360, 4'360, 36'290});
   model.set_cost(vmm_call::free_range, {14'030, 14'030, 61'910});

@@ -33,7 +33,7 @@ constexpr std::string_view name = "calibrate";
 /// Per-call samples of one call kind, nanoseconds.
 struct samples {
   std::vector<std::uint64_t> ns;
-  /// Mean, and p50 / p99 by nearest rank (as the probes of shared/calibration did).
+  /// Mean, and p50 / p99 by nearest rank (as the probes behind backends/calibration/h200.json did).
   [[nodiscard]] call_cost cost() {
     if (ns.empty()) return {};
     std::sort(ns.begin(), ns.end());
