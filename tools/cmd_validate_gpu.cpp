@@ -5,6 +5,7 @@
 #include "tools/cli.hpp"
 #include "tools/gpu_kernels.hpp"
 
+#include "backends/units.hpp"
 #include "core/kv_geometry.hpp"
 #include "core/manager.hpp"
 #include "traces/atomic_output_file.hpp"
@@ -32,31 +33,6 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr std::string_view name = "validate-gpu";
-constexpr std::uint64_t k_mib = std::uint64_t{1} << 20;
-constexpr std::uint64_t k_gib = std::uint64_t{1} << 30;
-
-/// "64GiB", "8G", "512MiB", "512M", "4096" (bytes); throws usage_error.
-std::uint64_t parse_size(const std::string& option, const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw usage_error(fmt::format("{}: '{}' is not a size (e.g. 64GiB, 512MiB)", option, text));
-  }
-  const std::string unit = text.substr(used);
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K" || unit == "KiB") scale = 1024.0;
-  else if (unit == "M" || unit == "MiB") scale = static_cast<double>(k_mib);
-  else if (unit == "G" || unit == "GiB") scale = static_cast<double>(k_gib);
-  else if (unit == "T" || unit == "TiB") scale = static_cast<double>(k_gib) * 1024.0;
-  if (scale == 0 || !(value > 0)) {
-    throw usage_error(fmt::format("{}: '{}' is not a positive size (units: B, KiB, MiB, GiB, TiB)", option, text));
-  }
-  return static_cast<std::uint64_t>(value * scale);
-}
-
 struct validate_options {
   int device = 0;                       ///< CUDA device index
   std::optional<std::uint64_t> memory;  ///< cap on chunk memory; nullopt: free memory minus a margin
@@ -67,12 +43,6 @@ struct validate_options {
   std::uint64_t requests = 24;          ///< requests of the contiguity check
   std::uint64_t overhead_bytes = 64 * k_mib;  ///< bound of check 4
 };
-
-std::string bytes_text(std::uint64_t bytes) {
-  if (bytes >= k_gib) return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(k_gib));
-  if (bytes >= k_mib) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / static_cast<double>(k_mib));
-  return fmt::format("{} B", bytes);
-}
 
 #if VTENSOR_HAVE_CUDA && VTENSOR_HAVE_GPU_KERNELS
 
@@ -219,7 +189,7 @@ class validator {
     return *v;
   }
   std::uint64_t mapped_bytes(const vtensor_view& v) const {
-    return (v.mapped_tokens * bpt_ + k_chunk_bytes - 1) / k_chunk_bytes * k_chunk_bytes;
+    return round_up(v.mapped_tokens * bpt_, k_chunk_bytes);
   }
   /// Writes a fresh pattern over each tensor's [from, mapped) and records it as expected content.
   void write_own(std::uint64_t id, std::uint64_t from_bytes, std::vector<gpu_segment>& batch) {
@@ -607,7 +577,7 @@ class validator {
                  {"driver_used_after_shutdown_minus_start_bytes", leak}};
     outcomes_.push_back(std::move(c));
   }
-  std::uint64_t geometry_pages(std::uint64_t tokens) const { return (tokens * bpt_ + k_chunk_bytes - 1) / k_chunk_bytes; }
+  std::uint64_t geometry_pages(std::uint64_t tokens) const { return ceil_div(tokens * bpt_, k_chunk_bytes); }
 
   static constexpr std::uint64_t k_poison_seed = 0xdeadbeefcafef00dULL;
 
@@ -674,7 +644,7 @@ int cmd_validate_gpu(std::span<const std::string> args, const cli_streams& io) {
     validate_options o;
     o.device = (*values)["device"].as<int>();
     if (o.device < 0) throw usage_error("--device must be 0 or more");
-    if (values->count("memory") != 0) o.memory = parse_size("--memory", (*values)["memory"].as<std::string>());
+    if (values->count("memory") != 0) o.memory = parse_size_option("--memory", (*values)["memory"].as<std::string>());
     const std::string layout = (*values)["layout"].as<std::string>();
     const auto parsed = kv_layout_from_string(layout);
     if (!parsed) throw usage_error(fmt::format("--layout: unknown layout '{}' (kv-split, kv-fused, token-major)", layout));
@@ -684,7 +654,7 @@ int cmd_validate_gpu(std::span<const std::string> args, const cli_streams& io) {
     if (o.context_tokens < 4096) throw usage_error("--context must be at least 4096 tokens");
     o.requests = (*values)["requests"].as<std::uint64_t>();
     if (o.requests == 0) throw usage_error("--requests must be at least 1");
-    o.overhead_bytes = parse_size("--overhead", (*values)["overhead"].as<std::string>());
+    o.overhead_bytes = parse_size_option("--overhead", (*values)["overhead"].as<std::string>());
     if (values->count("json") != 0) o.json = (*values)["json"].as<std::string>();
 #if VTENSOR_HAVE_CUDA && VTENSOR_HAVE_GPU_KERNELS
     return validator(o, io).run();
