@@ -76,18 +76,40 @@ class validator {
 
   int run() {
     const auto t0 = steady::now();
+    const device_facts device = open_device();
+    check_contiguous();
+    sample_memory("after check 1");
+    check_fork();
+    sample_memory("after check 2");
+    check_cow();
+    sample_memory("after check 3");
+    check_fill_to_oom();  // also samples at full memory and after shutdown
+    finish_memory_check();
+    return report(device, std::chrono::duration<double>(steady::now() - t0).count());
+  }
+
+ private:
+  /// What the device said at the start.
+  struct device_facts {
+    std::string name;
+    int driver = 0;
+    cuda_mem_info start;
+    std::uint64_t cap = 0;
+  };
+
+  /// The backend, the kernels' workspace and the manager, on a chunk cap of --memory or the free
+  /// memory minus a margin; prints the device line.
+  device_facts open_device() {
     // The backend first: without a GPU this is what says so (cuda_unavailable names the backend).
     auto probe = std::make_unique<cuda_backend>(o_.device, k_chunk_bytes);
     ws_ = std::make_unique<gpu_workspace>(o_.device);
-    const cuda_mem_info start = probe->mem_info();
+    device_facts d{probe->device_name(), probe->driver_version(), probe->mem_info(), 0};
     const std::uint64_t margin = 2 * k_gib;
-    std::uint64_t cap = o_.memory.value_or(start.free_bytes > margin ? start.free_bytes - margin : 0);
-    cap = std::min(cap, start.free_bytes) / k_chunk_bytes * k_chunk_bytes;
-    if (cap < 64 * k_chunk_bytes) throw std::runtime_error(fmt::format("--memory: {} is too little to validate", bytes_text(cap)));
-    const std::string device_name = probe->device_name();
-    const int driver = probe->driver_version();
+    d.cap = o_.memory.value_or(d.start.free_bytes > margin ? d.start.free_bytes - margin : 0);
+    d.cap = std::min(d.cap, d.start.free_bytes) / k_chunk_bytes * k_chunk_bytes;
+    if (d.cap < 64 * k_chunk_bytes) throw std::runtime_error(fmt::format("--memory: {} is too little to validate", bytes_text(d.cap)));
     probe.reset();
-    backend_ = std::make_unique<cuda_backend>(o_.device, cap);
+    backend_ = std::make_unique<cuda_backend>(o_.device, d.cap);
     baseline_used_ = used_now();
 
     manager_config config{kv_geometry(*model_preset("llama-3-8b"), o_.layout), {}, "lru"};
@@ -102,68 +124,43 @@ class validator {
 
     io_.out << fmt::format("validate-gpu: {} (device {}, driver {}.{}), llama-3-8b {}: {} tensors, {} tokens a chunk, "
                            "context {} tokens, seed {}\n",
-                           device_name, o_.device, driver / 1000, driver % 1000 / 10, to_string(o_.layout), tensors_,
+                           d.name, o_.device, d.driver / 1000, d.driver % 1000 / 10, to_string(o_.layout), tensors_,
                            tokens_per_chunk_, o_.context_tokens, o_.seed);
     io_.out << fmt::format("memory: {} total, {} free at start; chunk cap {} ({} chunks){}\n",
-                           bytes_text(start.total_bytes), bytes_text(start.free_bytes), bytes_text(cap),
-                           cap / k_chunk_bytes, o_.memory ? " (--memory)" : " (free minus 2 GiB)");
+                           bytes_text(d.start.total_bytes), bytes_text(d.start.free_bytes), bytes_text(d.cap),
+                           d.cap / k_chunk_bytes, o_.memory ? " (--memory)" : " (free minus 2 GiB)");
     io_.out.flush();
+    return d;
+  }
 
-    check_contiguous();
-    sample_memory("after check 1");
-    check_fork();
-    sample_memory("after check 2");
-    check_cow();
-    sample_memory("after check 3");
-    check_fill_to_oom();  // also samples at full memory and after shutdown
-    finish_memory_check();
+  /// VMM calls by kind, as a line and as JSON.
+  std::pair<std::string, nlohmann::ordered_json> vmm_summary() const {
+    const vmm_counters& calls = backend_->counters();
+    std::string line = "VMM calls (count, mean us):";
+    nlohmann::ordered_json json = nlohmann::ordered_json::object();
+    for (const vmm_call call : k_vmm_calls) {
+      const std::uint64_t n = calls.calls_of(call);
+      const double mean_us = n == 0 ? 0.0 : static_cast<double>(calls.time_ns_of(call)) / static_cast<double>(n) / 1e3;
+      line += fmt::format(" {} {} ({:.1f})", to_string(call), n, mean_us);
+      json[std::string(to_string(call))] = {{"calls", n}, {"mean_us", mean_us}};
+    }
+    return {line, json};
+  }
 
-    const double seconds = std::chrono::duration<double>(steady::now() - t0).count();
+  /// Prints PASS/FAIL per check and the verdict, writes --json; the exit code.
+  int report(const device_facts& d, double seconds) {
     std::size_t passed = 0;
     std::sort(outcomes_.begin(), outcomes_.end(), [](const auto& a, const auto& b) { return a.number < b.number; });
     for (const check_outcome& c : outcomes_) {
       io_.out << fmt::format("[{}] {} {}: {}\n", c.pass ? "PASS" : "FAIL", c.number, c.title, c.detail);
       passed += c.pass ? 1 : 0;
     }
-    const vmm_counters& calls = backend_->counters();
-    std::string vmm_line = "VMM calls (count, mean us):";
-    nlohmann::ordered_json vmm_json = nlohmann::ordered_json::object();
-    for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
-      const auto call = static_cast<vmm_call>(k);
-      const std::uint64_t n = calls.calls_of(call);
-      const double mean_us = n == 0 ? 0.0 : static_cast<double>(calls.time_ns_of(call)) / static_cast<double>(n) / 1e3;
-      vmm_line += fmt::format(" {} {} ({:.1f})", to_string(call), n, mean_us);
-      vmm_json[std::string(to_string(call))] = {{"calls", n}, {"mean_us", mean_us}};
-    }
+    const auto [vmm_line, vmm_json] = vmm_summary();
     io_.out << vmm_line << '\n';
     const bool all = passed == outcomes_.size();
     io_.out << fmt::format("result: {} ({}/{} checks passed) in {:.1f} s\n", all ? "PASS" : "FAIL", passed,
                            outcomes_.size(), seconds);
-    if (!o_.json.empty()) {
-      nlohmann::ordered_json j;
-      j["device"] = device_name;
-      j["device_index"] = o_.device;
-      j["driver_version"] = driver;
-      j["layout"] = to_string(o_.layout);
-      j["tensors"] = tensors_;
-      j["context_tokens"] = o_.context_tokens;
-      j["seed"] = o_.seed;
-      j["total_bytes"] = start.total_bytes;
-      j["free_bytes_at_start"] = start.free_bytes;
-      j["cap_bytes"] = cap;
-      j["overhead_bound_bytes"] = o_.overhead_bytes;
-      j["checks"] = nlohmann::ordered_json::array();
-      for (const check_outcome& c : outcomes_) {
-        j["checks"].push_back({{"number", c.number}, {"name", c.title}, {"pass", c.pass}, {"detail", c.detail},
-                               {"figures", c.figures}});
-      }
-      j["vmm"] = vmm_json;
-      j["seconds"] = seconds;
-      j["pass"] = all;
-      traces::atomic_output_file file(o_.json);
-      file.write(j.dump(2) + "\n");
-      file.commit();
-    }
+    if (!o_.json.empty()) write_json(d, vmm_json, seconds, all);
     if (!all) {
       io_.err << fmt::format("vtensor {}: {} of {} checks failed\n", name, outcomes_.size() - passed, outcomes_.size());
       return exit_failure;
@@ -171,7 +168,32 @@ class validator {
     return exit_success;
   }
 
- private:
+  void write_json(const device_facts& d, const nlohmann::ordered_json& vmm_json, double seconds, bool all) const {
+    nlohmann::ordered_json j;
+    j["device"] = d.name;
+    j["device_index"] = o_.device;
+    j["driver_version"] = d.driver;
+    j["layout"] = to_string(o_.layout);
+    j["tensors"] = tensors_;
+    j["context_tokens"] = o_.context_tokens;
+    j["seed"] = o_.seed;
+    j["total_bytes"] = d.start.total_bytes;
+    j["free_bytes_at_start"] = d.start.free_bytes;
+    j["cap_bytes"] = d.cap;
+    j["overhead_bound_bytes"] = o_.overhead_bytes;
+    j["checks"] = nlohmann::ordered_json::array();
+    for (const check_outcome& c : outcomes_) {
+      j["checks"].push_back({{"number", c.number}, {"name", c.title}, {"pass", c.pass}, {"detail", c.detail},
+                             {"figures", c.figures}});
+    }
+    j["vmm"] = vmm_json;
+    j["seconds"] = seconds;
+    j["pass"] = all;
+    traces::atomic_output_file file(o_.json);
+    file.write(j.dump(2) + "\n");
+    file.commit();
+  }
+
   // --- helpers ---
   std::uint64_t used_now() const {
     const cuda_mem_info info = backend_->mem_info();
@@ -479,42 +501,72 @@ class validator {
   }
 
   // --- check 5: filling the device ends in eviction or a clean preemption signal, no leak ---
-  void check_fill_to_oom() {
+
+  /// What filling the device did.
+  struct fill_result {
+    std::uint64_t creates = 0, finished = 0;
+    std::uint64_t failing_tokens = 0;     ///< the request that did not fit
+    std::vector<std::uint64_t> fill_ids;  ///< live requests, oldest first
+    double seconds = 0;
+  };
+
+  /// Creates requests until one does not fit; every other one finishes into the prefix cache.
+  fill_result fill_until_oom() {
     const auto t0 = steady::now();
-    const manager_stats before = m_->stats();
     // At least one 512-token block each, so that a finished request leaves an evictable prefix.
     std::uniform_int_distribution<std::uint64_t> prompt(513, std::max<std::uint64_t>(4 * tokens_per_chunk_, 1536));
     std::vector<gpu_segment> batch;
-    std::vector<std::uint64_t> fill_ids;
-    std::uint64_t creates = 0, finished = 0;
-    std::uint64_t failing_tokens = 0;
+    fill_result f;
     const std::uint64_t limit = backend_->capacity_chunks() + 1000;
     for (std::uint64_t n = 0;; ++n) {
       if (n > limit) throw std::runtime_error("check 5: the device never ran out of memory");
       const std::uint64_t id = next_id_++;
       const std::uint64_t tokens = std::min(prompt(rng_), o_.context_tokens);
-      const create_result r = m_->create(request_id{id}, fresh_blocks(tokens), tokens);
-      if (!r.ok()) {
-        failing_tokens = tokens;
+      if (!m_->create(request_id{id}, fresh_blocks(tokens), tokens).ok()) {
+        f.failing_tokens = tokens;
         next_id_--;
         break;
       }
-      ++creates;
+      ++f.creates;
       if (n % 2 == 1) {  // every other one finishes: its pages become an evictable cached prefix
         m_->finish(request_id{id});
-        ++finished;
+        ++f.finished;
         continue;
       }
       live_[id];
       write_own(id, 0, batch);
-      fill_ids.push_back(id);
+      f.fill_ids.push_back(id);
       if (batch.size() >= 16384) {
         ws_->fill(batch);
         batch.clear();
       }
     }
     ws_->fill(batch);
-    const double fill_s = std::chrono::duration<double>(steady::now() - t0).count();
+    f.seconds = std::chrono::duration<double>(steady::now() - t0).count();
+    return f;
+  }
+
+  /// Preempts the oldest until the request that failed fits, then retries it. Returns how many
+  /// were preempted and whether the retry succeeded.
+  std::pair<std::uint64_t, bool> preempt_until_fits(const fill_result& f) {
+    std::uint64_t preempted = 0;
+    bool retried = false;
+    for (std::size_t i = 0; i < f.fill_ids.size() && !retried && preempted < 64; ++i) {
+      m_->preempt(request_id{f.fill_ids[i]});
+      live_.erase(f.fill_ids[i]);
+      ++preempted;
+      retried = m_->create(request_id{next_id_}, fresh_blocks(f.failing_tokens), f.failing_tokens).ok();
+    }
+    if (retried) {
+      live_[next_id_];
+      ++next_id_;
+    }
+    return {preempted, retried};
+  }
+
+  void check_fill_to_oom() {
+    const manager_stats before = m_->stats();
+    const fill_result f = fill_until_oom();
     const manager_stats full = m_->stats();
     sample_memory("at out-of-memory");
     m_->check_invariants();
@@ -522,24 +574,11 @@ class validator {
     const std::uint64_t evicted = full.evicted_nodes - before.evicted_nodes;
     const std::uint64_t signals = full.preemption_signals - before.preemption_signals;
     const std::uint64_t cap = backend_->capacity_bytes();
-    const std::uint64_t request_bytes = geometry_pages(failing_tokens) * tensors_ * k_chunk_bytes;
+    const std::uint64_t request_bytes = geometry_pages(f.failing_tokens) * tensors_ * k_chunk_bytes;
     // Full: what the failed create needed exceeds what could still be created plus the free pool.
     const bool filled =
         full.physical_bytes <= cap && cap - full.physical_bytes + full.free_pool_bytes < request_bytes;
-
-    // Preempt the oldest until the request that failed fits, then retry it.
-    std::uint64_t preempted = 0;
-    bool retried = false;
-    for (std::size_t i = 0; i < fill_ids.size() && !retried && preempted < 64; ++i) {
-      m_->preempt(request_id{fill_ids[i]});
-      live_.erase(fill_ids[i]);
-      ++preempted;
-      retried = m_->create(request_id{next_id_}, fresh_blocks(failing_tokens), failing_tokens).ok();
-    }
-    if (retried) {
-      live_[next_id_];
-      ++next_id_;
-    }
+    const auto [preempted, retried] = preempt_until_fits(f);
     m_->check_invariants();
     const gpu_check_result after = verify_all();
 
@@ -557,14 +596,14 @@ class validator {
         "{} creates ({} finished into the cache) in {:.1f} s filled {} of {} ({} chunks), {} prefix evictions, then "
         "needs_preemption{}; {} verified{}; {} preempted, retry {}; after shutdown: backend holds {} ranges, {} chunks, "
         "{} mappings, driver used {} from start (bound {})",
-        creates, finished, fill_s, bytes_text(full.physical_bytes), bytes_text(cap), full.physical_bytes / k_chunk_bytes,
-        evicted, filled ? "" : " (NOT full)", bytes_text(data.words_checked * 4),
+        f.creates, f.finished, f.seconds, bytes_text(full.physical_bytes), bytes_text(cap),
+        full.physical_bytes / k_chunk_bytes, evicted, filled ? "" : " (NOT full)", bytes_text(data.words_checked * 4),
         data.ok() && after.ok() ? ", 0 mismatches" : " WRONG: " + mismatch_text(data.ok() ? after : data), preempted,
         retried ? "ok" : "FAILED", left.ranges, left.chunks, left.mappings, bytes_text(leak),
         bytes_text(o_.overhead_bytes));
-    c.figures = {{"creates", creates},
-                 {"finished", finished},
-                 {"fill_seconds", fill_s},
+    c.figures = {{"creates", f.creates},
+                 {"finished", f.finished},
+                 {"fill_seconds", f.seconds},
                  {"physical_bytes_full", full.physical_bytes},
                  {"cap_bytes", cap},
                  {"evicted_nodes", evicted},
