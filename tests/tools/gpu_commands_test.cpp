@@ -109,11 +109,11 @@ TEST_CASE("validate-gpu and calibrate fail cleanly without a GPU, naming the cud
 
 TEST_CASE("the validation pattern splits into chunk pieces that continue one pattern") {
   std::vector<vtt::gpu_segment> segments;
-  vtt::append_segments(segments, 0x10000000, 5 * (std::uint64_t{1} << 20), 7, 0);
+  vtt::append_segments(segments, 0x10000000, 5 * vtensor::k_mib, 7, 0);
   REQUIRE(segments.size() == 3);
-  CHECK(segments[1].addr == 0x10000000 + (std::uint64_t{2} << 20));
-  CHECK(segments[1].first_word == (std::uint64_t{2} << 20) / 4);
-  CHECK(segments[2].bytes == (std::uint64_t{1} << 20));
+  CHECK(segments[1].addr == 0x10000000 + 2 * vtensor::k_mib);
+  CHECK(segments[1].first_word == 2 * vtensor::k_mib / 4);
+  CHECK(segments[2].bytes == vtensor::k_mib);
   CHECK(vtt::gpu_pattern_word(7, 0) != vtt::gpu_pattern_word(8, 0));
   CHECK(vtt::gpu_pattern_word(7, 0) != vtt::gpu_pattern_word(7, 1));
 }
