@@ -55,7 +55,7 @@ class latency_model {
  public:
   latency_model() = default;
 
-  /// The NVIDIA H200 figures shipped as backends/calibration/h200.json (means of 4096 calls per kind;
+  /// The NVIDIA H200 figures of backends/calibration/README.md (means of 4096 calls per kind;
   /// reserve and free_range: the median of the four sizes probed, 1 GiB to 16 TiB, p99 the largest).
   [[nodiscard]] static latency_model h200();
   /// Every call free: for functional tests and host-speed benchmarks.

@@ -5,7 +5,7 @@
 //   BM_create_own_pages            create of a request of 4 new pages (256 own chunks in kv-split);
 //                                  Time is per chunk mapped: the host cost the manager adds to each
 //                                  cuMemMap + cuMemSetAccess (Note [Mapping overhead of the manager])
-// Targets (the design's): extend <= 50 ns a token, create with 64 shared chunks <= 20 us.
+// Targets (docs/architecture.md, "Speed targets"): extend <= 50 ns a token, create with 64 shared chunks <= 20 us.
 
 #include <benchmark/benchmark.h>
 

@@ -1,5 +1,5 @@
 // rTree longest-prefix match of a 256-block key in a tree of ~100,000 cached blocks.
-// Target (the design's): <= 5 us a match.
+// Target (docs/architecture.md, "Speed targets"): <= 5 us a match.
 //
 // The tree mimics a serving cache: 8 system prompts (16 blocks each); under each, 16
 // conversations sharing 48 more blocks (few-shot examples, documents); under each conversation,

@@ -17,7 +17,7 @@ namespace vtensor::tools {
 using call_samples = std::array<std::vector<std::uint64_t>, k_vmm_call_kinds>;
 
 /// Mean (integer division), p50 and p99 by nearest rank (element n/2 and floor(0.99 n) of the
-/// sorted samples); zeros for no samples.
+/// sorted samples, as the probes behind backends/calibration/h200.json did); zeros for no samples.
 [[nodiscard]] call_cost summarise(std::vector<std::uint64_t> ns);
 
 /// The samples as a latency model (costs only: the caller sets device and source), printed as a

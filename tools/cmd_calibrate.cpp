@@ -82,7 +82,7 @@ std::vector<std::uint64_t>& of(call_samples& s, vmm_call call) { return s[static
 constexpr int k_reps = 16;  // reserve and free_range calls per range size
 
 // Reserve and free of ranges of several sizes (the cost does not depend on the size:
-// the table by size shows it). Returns that table.
+// backends/calibration/README.md). Returns the table by size.
 std::string measure_ranges(cuda_backend& b, call_samples& s) {
   const std::vector<std::uint64_t> sizes{k_chunk_bytes, k_gib, 64 * k_gib, 1024 * k_gib, 16 * 1024 * k_gib};
   std::string by_size;
