@@ -4,18 +4,6 @@
 
 namespace vtensor {
 
-std::string_view to_string(call_result result) {
-  switch (result) {
-    case call_result::ok:
-      return "ok";
-    case call_result::out_of_memory:
-      return "out_of_memory";
-    case call_result::error:
-      return "error";
-  }
-  return "unknown";
-}
-
 counting_backend::counting_backend(std::unique_ptr<vmm_backend> inner)
     : backend_adaptor(std::move(inner)) {}
 

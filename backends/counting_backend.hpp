@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/backend_adaptor.hpp"
+#include "backends/enum_names.hpp"
 
 namespace vtensor {
 
@@ -21,8 +22,15 @@ enum class call_result : std::uint8_t {
   error,          ///< threw (vmm_error or other)
 };
 
-/// "ok", "out_of_memory", "error".
-std::string_view to_string(call_result result);
+/// The names of the results (backends/enum_names.hpp).
+inline constexpr enum_names<call_result, 3> k_call_result_names{{{
+    {call_result::ok, "ok"},
+    {call_result::out_of_memory, "out_of_memory"},
+    {call_result::error, "error"},
+}}};
+
+/// k_call_result_names.name(result): "ok", "out_of_memory", "error".
+[[nodiscard]] constexpr std::string_view to_string(call_result result) { return k_call_result_names.name(result); }
 
 /// One forwarded call.
 struct trace_record {
@@ -46,8 +54,6 @@ class counting_backend final : public backend_adaptor {
   /// Wraps `inner` (not null, else std::invalid_argument). Tracing starts off.
   explicit counting_backend(std::unique_ptr<vmm_backend> inner);
 
-  [[nodiscard]] std::string name() const override { return "counting(" + inner().name() + ")"; }
-
   /// Starts keeping trace records in the buffer, at most `max_records`; later ones are dropped
   /// (and counted in dropped_records()).
   void enable_trace(std::size_t max_records = k_unbounded);
@@ -64,6 +70,7 @@ class counting_backend final : public backend_adaptor {
   [[nodiscard]] std::uint64_t dropped_records() const { return dropped_; }
 
  private:
+  [[nodiscard]] std::string do_name() const override { return "counting(" + inner().name() + ")"; }
   [[nodiscard]] device_addr do_reserve(std::uint64_t bytes) override;
   void do_free_range(device_addr base) override;
   [[nodiscard]] std::optional<chunk_handle> do_create_chunk() override;

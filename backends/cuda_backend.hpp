@@ -6,15 +6,15 @@
 /// Every driver call used sits in one table (cuda_backend.cpp). CUDA_ERROR_OUT_OF_MEMORY from
 /// cuMemCreate, or the configured capacity reached, is the out-of-memory result; any other driver
 /// error throws vmm_error naming the call, the address and the driver's error name. The backend
-/// also tracks its ranges, chunks and mappings and checks the contract before calling the
-/// driver, so a broken rule fails the same way as on `sim` instead of reaching the driver.
+/// tracks its ranges, chunks and mappings in an address_space, the one `sim` uses, and checks the
+/// contract there before calling the driver, so a broken rule fails the same way as on `sim`
+/// instead of reaching the driver.
 /// Time charged per call is measured wall time.
 
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "backends/vmm_backend.hpp"
 
@@ -32,16 +32,6 @@ struct cuda_mem_info {
   std::uint64_t total_bytes = 0;  ///< device memory
 };
 
-/// One map or set-access as the driver saw it, kept while a call log is set (measurement only).
-struct cuda_call_record {
-  vmm_call call = vmm_call::map;  ///< map or set_access
-  device_addr va = 0;             ///< address of the call
-  std::uint64_t bytes = 0;        ///< span of the call
-  chunk_handle handle{};          ///< the chunk mapped (map only)
-  std::uint64_t start_ns = 0;     ///< steady-clock time the driver call began
-  std::uint64_t end_ns = 0;       ///< and returned
-};
-
 /// The CUDA VMM backend over device `device_index`.
 class cuda_backend final : public vmm_backend {
  public:
@@ -51,7 +41,6 @@ class cuda_backend final : public vmm_backend {
   cuda_backend(int device_index, std::uint64_t capacity_bytes);
   ~cuda_backend() override;
 
-  [[nodiscard]] std::string name() const override { return "cuda"; }
   /// The device's name, e.g. "NVIDIA H200".
   [[nodiscard]] const std::string& device_name() const;
   /// cuMemGetInfo now.
@@ -59,24 +48,10 @@ class cuda_backend final : public vmm_backend {
   /// Driver version (e.g. 13000).
   [[nodiscard]] int driver_version() const;
 
-  // --- measurement (Note [Mapping overhead of the manager], tools/map_overhead.cpp) ---
-  /// cuMemMap of a chunk created here at `va` inside a range reserved here, with none of this
-  /// backend's checks, bookkeeping or charging: the floor the manager is measured against. The
-  /// caller undoes it with bare_unmap before the range or the chunk is freed. Throws vmm_error.
-  void bare_map(device_addr va, chunk_handle h);
-  /// cuMemSetAccess (read-write for this device) over `bytes` at `va`, likewise bare.
-  void bare_set_access(device_addr va, std::uint64_t bytes);
-  /// cuMemUnmap of one chunk-sized mapping at `va`, likewise bare.
-  void bare_unmap(device_addr va);
-  /// cuCtxSynchronize: waits for whatever the driver still owes the device.
-  void bare_synchronize();
-  /// While `log` is not null, every map and set-access through the contract appends its record
-  /// (with the driver call's start and end on the steady clock) to it. Null stops logging.
-  void set_call_log(std::vector<cuda_call_record>* log);
-
  private:
   struct state;
 
+  [[nodiscard]] std::string do_name() const override { return "cuda"; }
   [[nodiscard]] std::uint64_t do_granularity_bytes() const override;
   [[nodiscard]] std::uint64_t do_capacity_bytes() const override;
   [[nodiscard]] device_addr do_reserve(std::uint64_t bytes) override;
@@ -87,7 +62,8 @@ class cuda_backend final : public vmm_backend {
   void do_set_access(device_addr va, std::uint64_t bytes) override;
   void do_unmap(device_addr va, std::uint64_t bytes) override;
   void do_map_with_access(device_addr va, chunk_handle h) override;
-  /// do_map, and with `with_access` do_map_with_access.
+  /// do_map, and with `with_access` do_map_with_access: checks and records once around the driver
+  /// calls (Note [Tracking on the map path] in address_space.hpp).
   void map_chunk(device_addr va, chunk_handle h, bool with_access);
   [[nodiscard]] vmm_live do_live() const override;
 

@@ -40,7 +40,7 @@ std::uint64_t fault_injection_backend::faults_injected() const {
 
 bool fault_injection_backend::should_fail(vmm_call call) {
   const fault_rule& rule = rules_[static_cast<std::size_t>(call)];
-  const std::uint64_t number = counters().calls_of(call);
+  const std::uint64_t number = ++received_[static_cast<std::size_t>(call)];
   bool fail = false;
   if (rule.nth != 0) {
     fail = rule.repeat ? number % rule.nth == 0 : number == rule.nth;

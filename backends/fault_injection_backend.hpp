@@ -6,7 +6,8 @@
 ///
 /// Note [Which calls fail]
 /// Calls are numbered per kind from 1, counting every call this adaptor received (failed ones
-/// included). A call fails when any rule of its kind says so:
+/// included, and the set-access of a map_with_access). The adaptor numbers them itself, as its
+/// hooks run: the counters of the base class are the public record, kept after each call. A call fails when any rule of its kind says so:
 ///  - fail_nth(kind, n): the n-th call only, once;
 ///  - fail_every(kind, n): calls n, 2n, 3n, ...;
 ///  - fail_with_probability(kind, p): each call with probability p, drawn from one
@@ -29,8 +30,6 @@ class fault_injection_backend final : public backend_adaptor {
   /// Wraps `inner` (not null, else std::invalid_argument); `seed` drives probabilistic faults.
   explicit fault_injection_backend(std::unique_ptr<vmm_backend> inner, std::uint64_t seed = 0);
 
-  [[nodiscard]] std::string name() const override { return "fault_injection(" + inner().name() + ")"; }
-
   /// Fails the `n`-th call of `call` (1-based), once. n == 0 removes the rule.
   void fail_nth(vmm_call call, std::uint64_t n);
   /// Fails every `n`-th call of `call`. n == 0 removes the rule.
@@ -50,6 +49,7 @@ class fault_injection_backend final : public backend_adaptor {
   [[nodiscard]] std::uint64_t seed() const { return seed_; }
 
  private:
+  [[nodiscard]] std::string do_name() const override { return "fault_injection(" + inner().name() + ")"; }
   struct fault_rule {
     std::uint64_t nth = 0;       ///< fail the call with this number; 0: none
     bool repeat = false;         ///< fail every multiple of nth, not just nth
@@ -64,7 +64,7 @@ class fault_injection_backend final : public backend_adaptor {
   void do_set_access(device_addr va, std::uint64_t bytes) override;
   void do_unmap(device_addr va, std::uint64_t bytes) override;
 
-  /// Decides whether this call (already counted by the base class) fails; counts it if so.
+  /// Numbers this call of `call` and decides whether it fails; counts the fault if so.
   [[nodiscard]] bool should_fail(vmm_call call);
   /// Throws vmm_error("injected fault") if this call fails.
   void maybe_throw(vmm_call call, device_addr va);
@@ -72,6 +72,7 @@ class fault_injection_backend final : public backend_adaptor {
   std::uint64_t seed_;
   std::mt19937_64 rng_;
   std::array<fault_rule, k_vmm_call_kinds> rules_{};
+  std::array<std::uint64_t, k_vmm_call_kinds> received_{};  ///< calls numbered so far, per kind
   std::array<std::uint64_t, k_vmm_call_kinds> injected_{};
 };
 

@@ -12,7 +12,7 @@
 /// Note [Simulated chunk handles]
 /// A handle is (generation << 32) | (slot + 1). Released slots are reused with the next
 /// generation, so memory stays bounded by the peak number of live chunks while a stale handle
-/// (double release, map after release) is still recognised and reported.
+/// (double release, map after release) is never live again: address_space reports it.
 
 #include <cstdint>
 #include <limits>
@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/address_space.hpp"
 #include "backends/latency_model.hpp"
 #include "backends/vmm_backend.hpp"
 
@@ -37,7 +38,8 @@ struct va_window {
 };
 
 /// The simulated device. Costs O(1) expected per map, set_access and unmap of one chunk,
-/// O(log ranges) per reserve and free_range. Throws vmm_error on every broken rule.
+/// O(log ranges) per reserve and free_range. Throws vmm_error on every broken rule (the rules are
+/// address_space's, shared with the cuda backend).
 class sim_backend final : public vmm_backend {
  public:
   /// Capacity value meaning "no limit on chunks".
@@ -48,7 +50,6 @@ class sim_backend final : public vmm_backend {
   explicit sim_backend(std::uint64_t capacity_bytes = k_unlimited,
                        latency_model model = latency_model::h200(), va_window window = {});
 
-  [[nodiscard]] std::string name() const override { return "sim"; }
   /// The costs this device charges.
   [[nodiscard]] const latency_model& model() const { return model_; }
   /// True when capacity is unlimited.
@@ -72,22 +73,7 @@ class sim_backend final : public vmm_backend {
   void check_invariants() const;
 
  private:
-  /// One chunk-sized span of a range.
-  struct span_state {
-    std::uint64_t handle = 0;        ///< chunk_handle::value of the chunk mapped here; 0: unmapped
-    bool accessible = false;         ///< set_access done since map
-  };
-  struct range_info {
-    std::uint64_t bytes = 0;          ///< size of the range
-    std::uint64_t mapped_spans = 0;   ///< chunk-sized mappings inside it
-    std::vector<span_state> spans;    ///< by span index; grown on demand up to the highest mapped one
-  };
-  struct chunk_slot {
-    std::uint32_t generation = 0;    ///< generation of the handle now or last in this slot
-    bool live = false;               ///< created and not released
-    std::uint64_t mapped_at = 0;     ///< number of addresses it is mapped at
-  };
-
+  [[nodiscard]] std::string do_name() const override { return "sim"; }
   [[nodiscard]] std::uint64_t do_capacity_bytes() const override;
   [[nodiscard]] device_addr do_reserve(std::uint64_t bytes) override;
   void do_free_range(device_addr base) override;
@@ -97,19 +83,10 @@ class sim_backend final : public vmm_backend {
   void do_set_access(device_addr va, std::uint64_t bytes) override;
   void do_map_with_access(device_addr va, chunk_handle h) override;
   void do_unmap(device_addr va, std::uint64_t bytes) override;
-  [[nodiscard]] vmm_live do_live() const override;
+  [[nodiscard]] vmm_live do_live() const override { return space_.live(); }
 
-  [[nodiscard]] std::map<device_addr, range_info>::iterator find_range(device_addr va);
-  /// The span at chunk-aligned `va`, or nullptr when no range holds it or it was never mapped.
-  [[nodiscard]] const span_state* span_at(device_addr va) const;
-  /// The spans of `[va, va + bytes)`, all mapped, or throws vmm_error for `call`.
-  [[nodiscard]] std::span<span_state> mapped_spans(vmm_call call, device_addr va, std::uint64_t bytes,
-                                                   range_info*& range);
-  [[nodiscard]] chunk_slot& live_slot(vmm_call call, device_addr addr, chunk_handle h);
-  /// do_map's work; returns the span now mapped.
-  span_state& map_span(device_addr va, chunk_handle h);
-  [[noreturn]] void throw_unmapped(vmm_call call, device_addr span, device_addr va,
-                                   std::uint64_t bytes) const;
+  /// The mean cost of one call of `call`.
+  [[nodiscard]] std::uint64_t cost(vmm_call call) const { return cost_ns_[static_cast<std::size_t>(call)]; }
   void add_free_block(device_addr base, std::uint64_t bytes);
   void remove_free_block(std::map<device_addr, std::uint64_t>::iterator it);
 
@@ -118,16 +95,13 @@ class sim_backend final : public vmm_backend {
   std::array<std::uint64_t, k_vmm_call_kinds> cost_ns_{};  ///< model_'s mean costs, for the hot path
   va_window window_;
 
-  std::map<device_addr, range_info> ranges_;                 ///< reserved ranges by base
-  std::map<device_addr, range_info>::iterator last_range_;   ///< cache for find_range
+  address_space space_;                                     ///< ranges, chunks, mappings and the rules
   std::map<device_addr, std::uint64_t> free_by_addr_;        ///< free blocks: base -> bytes
   std::set<std::pair<std::uint64_t, device_addr>> free_by_size_;  ///< free blocks: (bytes, base)
   std::uint64_t free_va_bytes_ = 0;
 
-  std::uint64_t mappings_ = 0;           ///< chunk-sized mappings in all ranges
-  std::vector<chunk_slot> slots_;        ///< indexed by handle slot, see Note [Simulated chunk handles]
-  std::vector<std::uint32_t> free_slots_;  ///< released slots, reused last-in first-out
-  std::uint64_t live_chunks_ = 0;
+  std::vector<std::uint32_t> generations_;  ///< per handle slot, see Note [Simulated chunk handles]
+  std::vector<std::uint32_t> free_slots_;   ///< released slots, reused last-in first-out
 };
 
 }  // namespace vtensor

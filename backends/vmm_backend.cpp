@@ -10,9 +10,6 @@ namespace vtensor {
 
 namespace {
 
-constexpr std::array<std::string_view, k_vmm_call_kinds> k_call_names = {
-    "reserve", "free_range", "create", "release", "map", "set_access", "unmap"};
-
 std::string format_error(vmm_call call, device_addr addr, const std::string& why) {
   if (addr == 0) {
     return fmt::format("{}: {}", to_string(call), why);
@@ -21,20 +18,6 @@ std::string format_error(vmm_call call, device_addr addr, const std::string& why
 }
 
 }  // namespace
-
-std::string_view to_string(vmm_call call) {
-  const auto index = static_cast<std::size_t>(call);
-  return index < k_call_names.size() ? k_call_names[index] : std::string_view{"unknown"};
-}
-
-std::optional<vmm_call> vmm_call_from_string(std::string_view name) {
-  for (std::size_t i = 0; i < k_call_names.size(); ++i) {
-    if (k_call_names[i] == name) {
-      return static_cast<vmm_call>(i);
-    }
-  }
-  return std::nullopt;
-}
 
 std::uint64_t vmm_counters::total_calls() const {
   return std::accumulate(calls.begin(), calls.end(), std::uint64_t{0});
@@ -106,23 +89,38 @@ void vmm_backend::set_access(device_addr va, std::uint64_t bytes) {
 
 // Note [Map with access]
 // Every chunk the pool maps gets its set-access at once (Note [One set-access per chunk] in
-// async_mapper.cpp), so the pair is one call of the contract. The default runs the two hooks; the
-// cuda backend checks and records once, around its two driver calls back to back, because every
+// async_mapper.cpp), so the pair is one call of the contract. The default runs the two hooks; a
+// device backend checks and records once, around its two driver calls back to back, because every
 // driver call leaves the thread's caches cold and each line touched between two calls costs a miss
-// (Note [Tracking on the map path] in cuda_backend.cpp).
+// (Note [Tracking on the map path] in address_space.hpp).
+//
+// Note [Counting in the base class]
+// Every call is counted here, in the public method, for every backend and adaptor: a hook never
+// counts, so no backend can count differently. map_with_access counts the map before the hook
+// (a failed call is a call) and learns the rest from how the hook ended: returned, a map and a
+// set-access; threw a vmm_error for set_access, a map, a set-access and the unmap that undid it;
+// threw anything else, the map only. An adaptor that forwards the pair as one inner call passes
+// the inner backend's vmm_error on, so it counts what the inner backend counted.
 void vmm_backend::map_with_access(device_addr va, chunk_handle h) {
   count(vmm_call::map);
   check_aligned(vmm_call::map, va, chunk_bytes());
-  do_map_with_access(va, h);
+  try {
+    do_map_with_access(va, h);
+  } catch (const vmm_error& e) {
+    if (e.call() == vmm_call::set_access) {
+      count(vmm_call::set_access);
+      count(vmm_call::unmap);
+    }
+    throw;
+  }
+  count(vmm_call::set_access);
 }
 
 void vmm_backend::do_map_with_access(device_addr va, chunk_handle h) {
   do_map(va, h);
-  count(vmm_call::set_access);
   try {
     do_set_access(va, chunk_bytes());
   } catch (...) {
-    count(vmm_call::unmap);
     do_unmap(va, chunk_bytes());
     throw;
   }

@@ -6,7 +6,9 @@
 /// Rules (the simulated device enforces all of them; the real driver enforces its own, which are
 /// the same or looser):
 ///  - Sizes and virtual addresses are multiples of `granularity_bytes()` (2 MiB on every device
-///    measured). The base class checks alignment for every backend before the hook runs.
+///    measured). The base class checks alignment for every backend before the hook runs; the
+///    device backends check the other rules through one shared address_space
+///    (backends/address_space.hpp), so `sim` and `cuda` reject the same calls the same way.
 ///  - `reserve(bytes)` returns a fresh virtual range; `free_range(base)` takes the base of a range
 ///    that holds no mapping any more.
 ///  - `create_chunk()` makes one physical chunk of `chunk_bytes()`; past capacity it returns
@@ -32,6 +34,7 @@
 #include <string>
 #include <string_view>
 
+#include "backends/enum_names.hpp"
 #include "backends/units.hpp"
 
 namespace vtensor {
@@ -52,10 +55,27 @@ struct chunk_handle {
 enum class vmm_call : std::uint8_t { reserve, free_range, create, release, map, set_access, unmap };
 inline constexpr std::size_t k_vmm_call_kinds = 7;
 
-/// "reserve", "free_range", "create", "release", "map", "set_access", "unmap".
-std::string_view to_string(vmm_call call);
-/// Inverse of to_string; std::nullopt for an unknown name.
-std::optional<vmm_call> vmm_call_from_string(std::string_view name);
+/// The names of the call kinds, in enum order (backends/enum_names.hpp).
+inline constexpr enum_names<vmm_call, k_vmm_call_kinds> k_vmm_call_names{{{
+    {vmm_call::reserve, "reserve"},
+    {vmm_call::free_range, "free_range"},
+    {vmm_call::create, "create"},
+    {vmm_call::release, "release"},
+    {vmm_call::map, "map"},
+    {vmm_call::set_access, "set_access"},
+    {vmm_call::unmap, "unmap"},
+}}};
+
+/// k_vmm_call_names.name(call): "reserve", "free_range", ... ("?" outside the enum).
+[[nodiscard]] constexpr std::string_view to_string(vmm_call call) { return k_vmm_call_names.name(call); }
+/// k_vmm_call_names.parse(name): std::nullopt for an unknown name.
+[[nodiscard]] constexpr std::optional<vmm_call> vmm_call_from_string(std::string_view name) {
+  return k_vmm_call_names.parse(name);
+}
+/// Every call kind, in enum order.
+inline constexpr std::array<vmm_call, k_vmm_call_kinds> k_vmm_calls = {
+    vmm_call::reserve, vmm_call::free_range, vmm_call::create, vmm_call::release,
+    vmm_call::map,     vmm_call::set_access, vmm_call::unmap};
 
 /// Calls and time per call kind. Time is what the backend charged: modelled latency on `sim`,
 /// measured wall time on `cuda`.
@@ -88,7 +108,8 @@ class vmm_error : public std::runtime_error {
 };
 
 /// Abstract VMM device. Public non-virtual methods check alignment and count every call; the
-/// private `do_*` hooks do the work. Implementations charge time through `charge()`.
+/// private `do_*` hooks do the work and never count (Note [Counting in the base class]).
+/// Implementations charge time through `charge()`.
 class vmm_backend {
  public:
   virtual ~vmm_backend() = default;
@@ -96,7 +117,7 @@ class vmm_backend {
   vmm_backend& operator=(const vmm_backend&) = delete;
 
   /// Registry name of this backend ("sim", "cuda", or an adaptor's "counting(sim)").
-  [[nodiscard]] virtual std::string name() const = 0;
+  [[nodiscard]] std::string name() const { return do_name(); }
   /// Mapping granularity in bytes (2 MiB).
   [[nodiscard]] std::uint64_t granularity_bytes() const { return do_granularity_bytes(); }
   /// Bytes of one chunk (== granularity on every supported device).
@@ -121,8 +142,9 @@ class vmm_backend {
   /// Unmaps the mapped span `[va, va + bytes)`.
   void unmap(device_addr va, std::uint64_t bytes);
   /// map(va, h), then set_access over that chunk: counted and charged as those two calls. When the
-  /// access fails, the mapping is undone (counted as an unmap) before the error propagates. A
-  /// backend may do both with less work between its driver calls (Note [Map with access]).
+  /// access fails, the mapping is undone (counted as an unmap) before the error propagates, a
+  /// vmm_error for set_access. A backend may do both with less work between its driver calls
+  /// (Note [Map with access]).
   void map_with_access(device_addr va, chunk_handle h);
 
   /// Calls and charged time so far.
@@ -134,12 +156,12 @@ class vmm_backend {
   vmm_backend() = default;
   /// Adds `ns` to the time charged to `call`.
   void charge(vmm_call call, std::uint64_t ns) { counters_.time_ns[static_cast<std::size_t>(call)] += ns; }
-  /// Counts a call of kind `call` (the public methods do; do_map_with_access counts what it adds).
-  void count(vmm_call call) { ++counters_.calls[static_cast<std::size_t>(call)]; }
 
  private:
+  void count(vmm_call call) { ++counters_.calls[static_cast<std::size_t>(call)]; }
   void check_aligned(vmm_call call, device_addr va, std::uint64_t bytes) const;
 
+  [[nodiscard]] virtual std::string do_name() const = 0;
   [[nodiscard]] virtual std::uint64_t do_granularity_bytes() const { return k_chunk_bytes; }
   [[nodiscard]] virtual std::uint64_t do_capacity_bytes() const = 0;
   [[nodiscard]] virtual device_addr do_reserve(std::uint64_t bytes) = 0;
@@ -149,7 +171,10 @@ class vmm_backend {
   virtual void do_map(device_addr va, chunk_handle h) = 0;
   virtual void do_set_access(device_addr va, std::uint64_t bytes) = 0;
   virtual void do_unmap(device_addr va, std::uint64_t bytes) = 0;
-  /// The map is counted already; counts and runs the set-access (and the unmap of a failure).
+  /// Maps with access. The default runs do_map, do_set_access and, when the access fails,
+  /// do_unmap. An override must do the same and report how far it got by what it throws: a
+  /// vmm_error for `map` when nothing was mapped, one for `set_access` when the access failed and
+  /// the mapping was undone (Note [Counting in the base class]).
   virtual void do_map_with_access(device_addr va, chunk_handle h);
   [[nodiscard]] virtual vmm_live do_live() const = 0;
 

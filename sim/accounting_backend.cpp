@@ -58,8 +58,8 @@ void accounting_backend::book(vmm_call call, std::uint64_t calls, std::uint64_t 
 }
 
 void accounting_backend::do_map_with_access(device_addr va, chunk_handle h) {
-  // The public map_with_access counted the map; the set-access (and the unmap of a failure) are
-  // counted here, as many as the inner backend counted. Every mapping call covers one chunk.
+  // The public map_with_access counts the calls (Note [Counting in the base class]); the calls the
+  // inner backend counted are booked here. Every mapping call covers one chunk.
   const vmm_counters before = inner().counters();
   struct book_guard {  // books also when the call throws
     accounting_backend& self;
@@ -72,9 +72,6 @@ void accounting_backend::do_map_with_access(device_addr va, chunk_handle h) {
         if (calls == 0) continue;
         self.book(call, calls, charged, self.price_ns(call, calls));
         self.charge(call, charged);
-        if (call != vmm_call::map) {
-          for (std::uint64_t i = 0; i < calls; ++i) self.count(call);
-        }
       }
     }
   } guard{*this, before};

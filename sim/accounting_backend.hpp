@@ -36,7 +36,7 @@ class accounting_backend final : public backend_adaptor {
   /// Wraps `inner` (not null); `model` prices the calls.
   accounting_backend(std::unique_ptr<vmm_backend> inner, latency_model model);
 
-  [[nodiscard]] std::string name() const override { return "accounting(" + inner().name() + ")"; }
+  [[nodiscard]] std::string do_name() const override { return "accounting(" + inner().name() + ")"; }
   /// Makes the calling thread the step thread.
   void set_step_thread() { step_thread_ = std::this_thread::get_id(); }
   /// The step thread's calls (read from the step thread).

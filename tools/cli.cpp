@@ -1,10 +1,13 @@
 #include "tools/cli.hpp"
 
+#include "backends/units.hpp"
+#include "sim/replay.hpp"
 #include "traces/trace_error.hpp"
 
 #include <fmt/format.h>
 
 #include <array>
+#include <limits>
 #include <ostream>
 
 namespace vtensor::tools {
@@ -106,5 +109,28 @@ parse_command_line(std::string_view name, std::string_view usage, std::string_vi
   po::notify(values);
   return values;
 }
+
+std::uint64_t parse_size_option(std::string_view option, std::string_view text, size_rule rule) {
+  std::uint64_t bytes = 0;
+  try {
+    bytes = sim::parse_byte_size(text);
+  } catch (const std::invalid_argument& error) {
+    throw usage_error(fmt::format("{}: {}", option, error.what()));
+  }
+  const bool unlimited = bytes == std::numeric_limits<std::uint64_t>::max();
+  if (rule == size_rule::positive && (bytes == 0 || unlimited)) {
+    throw usage_error(fmt::format("{}: '{}' is not a positive size (e.g. 64GiB, 512MiB)", option, text));
+  }
+  return bytes;
+}
+
+std::string bytes_text(std::uint64_t bytes) {
+  const auto in = [&](std::uint64_t unit) { return static_cast<double>(bytes) / static_cast<double>(unit); };
+  if (bytes >= k_gib) return fmt::format("{:.2f} GiB", in(k_gib));
+  if (bytes >= k_mib) return fmt::format("{:.1f} MiB", in(k_mib));
+  return fmt::format("{} B", bytes);
+}
+
+std::string gib_text(double bytes) { return fmt::format("{:.2f} GiB", bytes / static_cast<double>(k_gib)); }
 
 } // namespace vtensor::tools

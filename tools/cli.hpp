@@ -9,6 +9,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <optional>
@@ -69,6 +70,24 @@ parse_command_line(std::string_view name, std::string_view usage, std::string_vi
                    boost::program_options::options_description options,
                    const boost::program_options::positional_options_description& positional,
                    std::span<const std::string> args, const cli_streams& io);
+
+/// What a size option accepts.
+enum class size_rule {
+  positive,  ///< more than zero bytes
+  budget,    ///< any size, or "unlimited" (UINT64_MAX)
+};
+
+/// The byte size typed for `option`: "80GiB", "500MiB", "1.5GB", "1e9", "4096" (the grammar of
+/// sim::parse_byte_size, which --memory of replay has always used). Throws usage_error naming the
+/// option when the text is not a size or breaks `rule`.
+[[nodiscard]] std::uint64_t parse_size_option(std::string_view option, std::string_view text,
+                                              size_rule rule = size_rule::positive);
+
+/// A byte count for people: "1.50 GiB", "512.0 MiB", "4096 B".
+[[nodiscard]] std::string bytes_text(std::uint64_t bytes);
+
+/// A byte count in GiB with two decimals: "1.50 GiB" (replay's summary, every size alike).
+[[nodiscard]] std::string gib_text(double bytes);
 
 /// `vtensor inspect`: statistics of a trace (tools/cmd_inspect.cpp).
 [[nodiscard]] int cmd_inspect(std::span<const std::string> args, const cli_streams& io);

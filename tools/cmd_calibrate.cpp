@@ -3,8 +3,10 @@
 // Needs the cuda backend only (host code over the driver), no kernels.
 
 #include "tools/cli.hpp"
+#include "tools/calibration.hpp"
 
 #include "backends/latency_model.hpp"
+#include "backends/units.hpp"
 #include "backends/vmm_backend.hpp"
 
 #if VTENSOR_HAVE_CUDA
@@ -24,25 +26,38 @@
 
 namespace vtensor::tools {
 namespace po = boost::program_options;
+
+call_cost summarise(std::vector<std::uint64_t> ns) {
+  if (ns.empty()) return {};
+  std::sort(ns.begin(), ns.end());
+  std::uint64_t sum = 0;
+  for (std::uint64_t x : ns) sum += x;
+  const std::size_t p99 = std::min(ns.size() - 1, static_cast<std::size_t>(static_cast<double>(ns.size()) * 0.99));
+  return {sum / ns.size(), ns[ns.size() / 2], ns[p99]};
+}
+
+latency_model calibration_model(const call_samples& s, std::ostream& out) {
+  latency_model model;
+  const latency_model reference = latency_model::h200();
+  out << "\nPer call, microseconds (p50 and p99 by nearest rank); last column: mean / built-in H200 mean\n\n"
+         "| call | calls | mean | p50 | p99 | vs H200 |\n| --- | --- | --- | --- | --- | --- |\n";
+  for (const vmm_call call : k_vmm_calls) {
+    const std::vector<std::uint64_t>& one = s[static_cast<std::size_t>(call)];
+    const call_cost c = summarise(one);
+    model.set_cost(call, c);
+    const double ref = static_cast<double>(reference.cost_ns(call));
+    out << fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} |\n", to_string(call), one.size(),
+                       static_cast<double>(c.mean_ns) / 1e3, static_cast<double>(c.p50_ns) / 1e3,
+                       static_cast<double>(c.p99_ns) / 1e3, ref > 0 ? static_cast<double>(c.mean_ns) / ref : 0.0);
+  }
+  return model;
+}
+
 namespace {
 
 constexpr std::string_view name = "calibrate";
 
 #if VTENSOR_HAVE_CUDA
-
-/// Per-call samples of one call kind, nanoseconds.
-struct samples {
-  std::vector<std::uint64_t> ns;
-  /// Mean, and p50 / p99 by nearest rank (as the probes behind backends/calibration/h200.json did).
-  [[nodiscard]] call_cost cost() {
-    if (ns.empty()) return {};
-    std::sort(ns.begin(), ns.end());
-    std::uint64_t sum = 0;
-    for (std::uint64_t x : ns) sum += x;
-    const std::size_t p99 = std::min(ns.size() - 1, static_cast<std::size_t>(static_cast<double>(ns.size()) * 0.99));
-    return {sum / ns.size(), ns[ns.size() / 2], ns[p99]};
-  }
-};
 
 /// Runs `op` and returns the time the backend charged to `call` for it: the driver call alone,
 /// without the backend's bookkeeping.
@@ -62,6 +77,55 @@ std::string utc_date() {
   return text;
 }
 
+std::vector<std::uint64_t>& of(call_samples& s, vmm_call call) { return s[static_cast<std::size_t>(call)]; }
+
+constexpr int k_reps = 16;  // reserve and free_range calls per range size
+
+// Reserve and free of ranges of several sizes (the cost does not depend on the size:
+// backends/calibration/README.md). Returns the table by size.
+std::string measure_ranges(cuda_backend& b, call_samples& s) {
+  const std::vector<std::uint64_t> sizes{k_chunk_bytes, k_gib, 64 * k_gib, 1024 * k_gib, 16 * 1024 * k_gib};
+  std::string by_size;
+  for (std::uint64_t size : sizes) {
+    std::vector<std::uint64_t> reserve_one, free_one;
+    for (int i = 0; i < k_reps; ++i) {
+      device_addr base = 0;
+      reserve_one.push_back(charged(b, vmm_call::reserve, [&] { base = b.reserve(size); }));
+      free_one.push_back(charged(b, vmm_call::free_range, [&] { b.free_range(base); }));
+    }
+    auto& reserves = of(s, vmm_call::reserve);
+    auto& frees = of(s, vmm_call::free_range);
+    reserves.insert(reserves.end(), reserve_one.begin(), reserve_one.end());
+    frees.insert(frees.end(), free_one.begin(), free_one.end());
+    const std::string label = size >= 1024 * k_gib ? fmt::format("{} TiB", size / (1024 * k_gib))
+                              : size >= k_gib      ? fmt::format("{} GiB", size / k_gib)
+                                                   : fmt::format("{} MiB", size / k_mib);
+    by_size += fmt::format("  reserve {:>7}: p50 {:7.1f} us, free p50 {:7.1f} us\n", label,
+                           static_cast<double>(summarise(reserve_one).p50_ns) / 1e3,
+                           static_cast<double>(summarise(free_one).p50_ns) / 1e3);
+  }
+  return by_size;
+}
+
+// The chunk lifecycle over `chunks` chunks mapped side by side in one range, one call per chunk.
+void measure_chunks(cuda_backend& b, std::uint64_t chunks, call_samples& s) {
+  const device_addr base = b.reserve(chunks * k_chunk_bytes);
+  std::vector<chunk_handle> handles(chunks);
+  const auto each = [&](vmm_call call, const auto& op) {
+    for (std::uint64_t i = 0; i < chunks; ++i) of(s, call).push_back(charged(b, call, [&] { op(i); }));
+  };
+  each(vmm_call::create, [&](std::uint64_t i) {
+    auto h = b.create_chunk();
+    if (!h) throw std::runtime_error(fmt::format("out of memory after {} chunks", i));
+    handles[i] = *h;
+  });
+  each(vmm_call::map, [&](std::uint64_t i) { b.map(base + i * k_chunk_bytes, handles[i]); });
+  each(vmm_call::set_access, [&](std::uint64_t i) { b.set_access(base + i * k_chunk_bytes, k_chunk_bytes); });
+  each(vmm_call::unmap, [&](std::uint64_t i) { b.unmap(base + i * k_chunk_bytes, k_chunk_bytes); });
+  each(vmm_call::release, [&](std::uint64_t i) { b.release_chunk(handles[i]); });
+  b.free_range(base);
+}
+
 int calibrate(int device, std::uint64_t chunks, const std::string& out_file, const cli_streams& io) {
   cuda_backend b(device, chunks * k_chunk_bytes);
   if (b.capacity_chunks() < chunks) {
@@ -71,77 +135,15 @@ int calibrate(int device, std::uint64_t chunks, const std::string& out_file, con
   const int driver = b.driver_version();
   io.out << fmt::format("calibrate: {} (device {}, driver {}.{}), {} chunks of 2 MiB\n", b.device_name(), device,
                         driver / 1000, driver % 1000 / 10, chunks);
-  std::array<samples, k_vmm_call_kinds> s;
-  auto at = [&](vmm_call c) -> samples& { return s[static_cast<std::size_t>(c)]; };
-
-  // Virtual ranges of several sizes: the cost does not depend on the size (calibration/README.md).
-  constexpr int k_reps = 16;
-  const std::vector<std::uint64_t> sizes{k_chunk_bytes, std::uint64_t{1} << 30, std::uint64_t{64} << 30,
-                                         std::uint64_t{1} << 40, std::uint64_t{16} << 40};
-  std::string by_size;
-  for (std::uint64_t size : sizes) {
-    samples reserve_one, free_one;
-    for (int i = 0; i < k_reps; ++i) {
-      device_addr base = 0;
-      reserve_one.ns.push_back(charged(b, vmm_call::reserve, [&] { base = b.reserve(size); }));
-      free_one.ns.push_back(charged(b, vmm_call::free_range, [&] { b.free_range(base); }));
-    }
-    at(vmm_call::reserve).ns.insert(at(vmm_call::reserve).ns.end(), reserve_one.ns.begin(), reserve_one.ns.end());
-    at(vmm_call::free_range).ns.insert(at(vmm_call::free_range).ns.end(), free_one.ns.begin(), free_one.ns.end());
-    const std::string label = size >= (std::uint64_t{1} << 40) ? fmt::format("{} TiB", size >> 40)
-                              : size >= (std::uint64_t{1} << 30) ? fmt::format("{} GiB", size >> 30)
-                                                                 : fmt::format("{} MiB", size >> 20);
-    by_size += fmt::format("  reserve {:>7}: p50 {:7.1f} us, free p50 {:7.1f} us\n", label,
-                           static_cast<double>(reserve_one.cost().p50_ns) / 1e3,
-                           static_cast<double>(free_one.cost().p50_ns) / 1e3);
-  }
-
-  // The chunk lifecycle over `chunks` chunks mapped side by side in one range.
-  const device_addr base = b.reserve(chunks * k_chunk_bytes);
-  std::vector<chunk_handle> handles(chunks);
-  for (std::uint64_t i = 0; i < chunks; ++i) {
-    at(vmm_call::create).ns.push_back(charged(b, vmm_call::create, [&] {
-      auto h = b.create_chunk();
-      if (!h) throw std::runtime_error(fmt::format("out of memory after {} chunks", i));
-      handles[i] = *h;
-    }));
-  }
-  for (std::uint64_t i = 0; i < chunks; ++i) {
-    at(vmm_call::map).ns.push_back(charged(b, vmm_call::map, [&] { b.map(base + i * k_chunk_bytes, handles[i]); }));
-  }
-  for (std::uint64_t i = 0; i < chunks; ++i) {
-    at(vmm_call::set_access).ns.push_back(
-        charged(b, vmm_call::set_access, [&] { b.set_access(base + i * k_chunk_bytes, k_chunk_bytes); }));
-  }
-  for (std::uint64_t i = 0; i < chunks; ++i) {
-    at(vmm_call::unmap).ns.push_back(
-        charged(b, vmm_call::unmap, [&] { b.unmap(base + i * k_chunk_bytes, k_chunk_bytes); }));
-  }
-  for (std::uint64_t i = 0; i < chunks; ++i) {
-    at(vmm_call::release).ns.push_back(charged(b, vmm_call::release, [&] { b.release_chunk(handles[i]); }));
-  }
-  b.free_range(base);
-
-  latency_model model;
+  call_samples s;
+  const std::string by_size = measure_ranges(b, s);
+  measure_chunks(b, chunks, s);
+  latency_model model = calibration_model(s, io.out);
   model.set_device(b.device_name());
   model.set_source(fmt::format("vtensor calibrate, {}, driver {}.{}, device {}, {} chunks of 2 MiB (create, map, "
                                "set_access, unmap, release: one call per chunk); reserve and free_range: {} calls "
                                "each over 2 MiB, 1 GiB, 64 GiB, 1 TiB and 16 TiB",
                                utc_date(), driver / 1000, driver % 1000 / 10, device, chunks, k_reps));
-  const latency_model reference = latency_model::h200();
-  io.out << "\nPer call, microseconds (p50 and p99 by nearest rank); last column: mean / built-in H200 mean\n\n"
-            "| call | calls | mean | p50 | p99 | vs H200 |\n| --- | --- | --- | --- | --- | --- |\n";
-  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
-    const auto call = static_cast<vmm_call>(k);
-    const std::size_t n = s[k].ns.size();
-    const call_cost c = s[k].cost();
-    model.set_cost(call, c);
-    const double ref = static_cast<double>(reference.cost_ns(call));
-    io.out << fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} |\n", to_string(call), n,
-                          static_cast<double>(c.mean_ns) / 1e3, static_cast<double>(c.p50_ns) / 1e3,
-                          static_cast<double>(c.p99_ns) / 1e3,
-                          ref > 0 ? static_cast<double>(c.mean_ns) / ref : 0.0);
-  }
   io.out << "\nReserve and free by size:\n" << by_size;
   const vmm_live left = b.live();
   if (left.chunks != 0 || left.ranges != 0 || left.mappings != 0) {

@@ -5,6 +5,7 @@
 #include "tools/cli.hpp"
 #include "tools/gpu_kernels.hpp"
 
+#include "backends/units.hpp"
 #include "core/kv_geometry.hpp"
 #include "core/manager.hpp"
 #include "traces/atomic_output_file.hpp"
@@ -32,31 +33,6 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr std::string_view name = "validate-gpu";
-constexpr std::uint64_t k_mib = std::uint64_t{1} << 20;
-constexpr std::uint64_t k_gib = std::uint64_t{1} << 30;
-
-/// "64GiB", "8G", "512MiB", "512M", "4096" (bytes); throws usage_error.
-std::uint64_t parse_size(const std::string& option, const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw usage_error(fmt::format("{}: '{}' is not a size (e.g. 64GiB, 512MiB)", option, text));
-  }
-  const std::string unit = text.substr(used);
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K" || unit == "KiB") scale = 1024.0;
-  else if (unit == "M" || unit == "MiB") scale = static_cast<double>(k_mib);
-  else if (unit == "G" || unit == "GiB") scale = static_cast<double>(k_gib);
-  else if (unit == "T" || unit == "TiB") scale = static_cast<double>(k_gib) * 1024.0;
-  if (scale == 0 || !(value > 0)) {
-    throw usage_error(fmt::format("{}: '{}' is not a positive size (units: B, KiB, MiB, GiB, TiB)", option, text));
-  }
-  return static_cast<std::uint64_t>(value * scale);
-}
-
 struct validate_options {
   int device = 0;                       ///< CUDA device index
   std::optional<std::uint64_t> memory;  ///< cap on chunk memory; nullopt: free memory minus a margin
@@ -67,12 +43,6 @@ struct validate_options {
   std::uint64_t requests = 24;          ///< requests of the contiguity check
   std::uint64_t overhead_bytes = 64 * k_mib;  ///< bound of check 4
 };
-
-std::string bytes_text(std::uint64_t bytes) {
-  if (bytes >= k_gib) return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(k_gib));
-  if (bytes >= k_mib) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / static_cast<double>(k_mib));
-  return fmt::format("{} B", bytes);
-}
 
 #if VTENSOR_HAVE_CUDA && VTENSOR_HAVE_GPU_KERNELS
 
@@ -106,18 +76,40 @@ class validator {
 
   int run() {
     const auto t0 = steady::now();
+    const device_facts device = open_device();
+    check_contiguous();
+    sample_memory("after check 1");
+    check_fork();
+    sample_memory("after check 2");
+    check_cow();
+    sample_memory("after check 3");
+    check_fill_to_oom();  // also samples at full memory and after shutdown
+    finish_memory_check();
+    return report(device, std::chrono::duration<double>(steady::now() - t0).count());
+  }
+
+ private:
+  /// What the device said at the start.
+  struct device_facts {
+    std::string name;
+    int driver = 0;
+    cuda_mem_info start;
+    std::uint64_t cap = 0;
+  };
+
+  /// The backend, the kernels' workspace and the manager, on a chunk cap of --memory or the free
+  /// memory minus a margin; prints the device line.
+  device_facts open_device() {
     // The backend first: without a GPU this is what says so (cuda_unavailable names the backend).
     auto probe = std::make_unique<cuda_backend>(o_.device, k_chunk_bytes);
     ws_ = std::make_unique<gpu_workspace>(o_.device);
-    const cuda_mem_info start = probe->mem_info();
+    device_facts d{probe->device_name(), probe->driver_version(), probe->mem_info(), 0};
     const std::uint64_t margin = 2 * k_gib;
-    std::uint64_t cap = o_.memory.value_or(start.free_bytes > margin ? start.free_bytes - margin : 0);
-    cap = std::min(cap, start.free_bytes) / k_chunk_bytes * k_chunk_bytes;
-    if (cap < 64 * k_chunk_bytes) throw std::runtime_error(fmt::format("--memory: {} is too little to validate", bytes_text(cap)));
-    const std::string device_name = probe->device_name();
-    const int driver = probe->driver_version();
+    d.cap = o_.memory.value_or(d.start.free_bytes > margin ? d.start.free_bytes - margin : 0);
+    d.cap = std::min(d.cap, d.start.free_bytes) / k_chunk_bytes * k_chunk_bytes;
+    if (d.cap < 64 * k_chunk_bytes) throw std::runtime_error(fmt::format("--memory: {} is too little to validate", bytes_text(d.cap)));
     probe.reset();
-    backend_ = std::make_unique<cuda_backend>(o_.device, cap);
+    backend_ = std::make_unique<cuda_backend>(o_.device, d.cap);
     baseline_used_ = used_now();
 
     manager_config config{kv_geometry(*model_preset("llama-3-8b"), o_.layout), {}, "lru"};
@@ -132,68 +124,43 @@ class validator {
 
     io_.out << fmt::format("validate-gpu: {} (device {}, driver {}.{}), llama-3-8b {}: {} tensors, {} tokens a chunk, "
                            "context {} tokens, seed {}\n",
-                           device_name, o_.device, driver / 1000, driver % 1000 / 10, to_string(o_.layout), tensors_,
+                           d.name, o_.device, d.driver / 1000, d.driver % 1000 / 10, to_string(o_.layout), tensors_,
                            tokens_per_chunk_, o_.context_tokens, o_.seed);
     io_.out << fmt::format("memory: {} total, {} free at start; chunk cap {} ({} chunks){}\n",
-                           bytes_text(start.total_bytes), bytes_text(start.free_bytes), bytes_text(cap),
-                           cap / k_chunk_bytes, o_.memory ? " (--memory)" : " (free minus 2 GiB)");
+                           bytes_text(d.start.total_bytes), bytes_text(d.start.free_bytes), bytes_text(d.cap),
+                           d.cap / k_chunk_bytes, o_.memory ? " (--memory)" : " (free minus 2 GiB)");
     io_.out.flush();
+    return d;
+  }
 
-    check_contiguous();
-    sample_memory("after check 1");
-    check_fork();
-    sample_memory("after check 2");
-    check_cow();
-    sample_memory("after check 3");
-    check_fill_to_oom();  // also samples at full memory and after shutdown
-    finish_memory_check();
+  /// VMM calls by kind, as a line and as JSON.
+  std::pair<std::string, nlohmann::ordered_json> vmm_summary() const {
+    const vmm_counters& calls = backend_->counters();
+    std::string line = "VMM calls (count, mean us):";
+    nlohmann::ordered_json json = nlohmann::ordered_json::object();
+    for (const vmm_call call : k_vmm_calls) {
+      const std::uint64_t n = calls.calls_of(call);
+      const double mean_us = n == 0 ? 0.0 : static_cast<double>(calls.time_ns_of(call)) / static_cast<double>(n) / 1e3;
+      line += fmt::format(" {} {} ({:.1f})", to_string(call), n, mean_us);
+      json[std::string(to_string(call))] = {{"calls", n}, {"mean_us", mean_us}};
+    }
+    return {line, json};
+  }
 
-    const double seconds = std::chrono::duration<double>(steady::now() - t0).count();
+  /// Prints PASS/FAIL per check and the verdict, writes --json; the exit code.
+  int report(const device_facts& d, double seconds) {
     std::size_t passed = 0;
     std::sort(outcomes_.begin(), outcomes_.end(), [](const auto& a, const auto& b) { return a.number < b.number; });
     for (const check_outcome& c : outcomes_) {
       io_.out << fmt::format("[{}] {} {}: {}\n", c.pass ? "PASS" : "FAIL", c.number, c.title, c.detail);
       passed += c.pass ? 1 : 0;
     }
-    const vmm_counters& calls = backend_->counters();
-    std::string vmm_line = "VMM calls (count, mean us):";
-    nlohmann::ordered_json vmm_json = nlohmann::ordered_json::object();
-    for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
-      const auto call = static_cast<vmm_call>(k);
-      const std::uint64_t n = calls.calls_of(call);
-      const double mean_us = n == 0 ? 0.0 : static_cast<double>(calls.time_ns_of(call)) / static_cast<double>(n) / 1e3;
-      vmm_line += fmt::format(" {} {} ({:.1f})", to_string(call), n, mean_us);
-      vmm_json[std::string(to_string(call))] = {{"calls", n}, {"mean_us", mean_us}};
-    }
+    const auto [vmm_line, vmm_json] = vmm_summary();
     io_.out << vmm_line << '\n';
     const bool all = passed == outcomes_.size();
     io_.out << fmt::format("result: {} ({}/{} checks passed) in {:.1f} s\n", all ? "PASS" : "FAIL", passed,
                            outcomes_.size(), seconds);
-    if (!o_.json.empty()) {
-      nlohmann::ordered_json j;
-      j["device"] = device_name;
-      j["device_index"] = o_.device;
-      j["driver_version"] = driver;
-      j["layout"] = to_string(o_.layout);
-      j["tensors"] = tensors_;
-      j["context_tokens"] = o_.context_tokens;
-      j["seed"] = o_.seed;
-      j["total_bytes"] = start.total_bytes;
-      j["free_bytes_at_start"] = start.free_bytes;
-      j["cap_bytes"] = cap;
-      j["overhead_bound_bytes"] = o_.overhead_bytes;
-      j["checks"] = nlohmann::ordered_json::array();
-      for (const check_outcome& c : outcomes_) {
-        j["checks"].push_back({{"number", c.number}, {"name", c.title}, {"pass", c.pass}, {"detail", c.detail},
-                               {"figures", c.figures}});
-      }
-      j["vmm"] = vmm_json;
-      j["seconds"] = seconds;
-      j["pass"] = all;
-      traces::atomic_output_file file(o_.json);
-      file.write(j.dump(2) + "\n");
-      file.commit();
-    }
+    if (!o_.json.empty()) write_json(d, vmm_json, seconds, all);
     if (!all) {
       io_.err << fmt::format("vtensor {}: {} of {} checks failed\n", name, outcomes_.size() - passed, outcomes_.size());
       return exit_failure;
@@ -201,7 +168,32 @@ class validator {
     return exit_success;
   }
 
- private:
+  void write_json(const device_facts& d, const nlohmann::ordered_json& vmm_json, double seconds, bool all) const {
+    nlohmann::ordered_json j;
+    j["device"] = d.name;
+    j["device_index"] = o_.device;
+    j["driver_version"] = d.driver;
+    j["layout"] = to_string(o_.layout);
+    j["tensors"] = tensors_;
+    j["context_tokens"] = o_.context_tokens;
+    j["seed"] = o_.seed;
+    j["total_bytes"] = d.start.total_bytes;
+    j["free_bytes_at_start"] = d.start.free_bytes;
+    j["cap_bytes"] = d.cap;
+    j["overhead_bound_bytes"] = o_.overhead_bytes;
+    j["checks"] = nlohmann::ordered_json::array();
+    for (const check_outcome& c : outcomes_) {
+      j["checks"].push_back({{"number", c.number}, {"name", c.title}, {"pass", c.pass}, {"detail", c.detail},
+                             {"figures", c.figures}});
+    }
+    j["vmm"] = vmm_json;
+    j["seconds"] = seconds;
+    j["pass"] = all;
+    traces::atomic_output_file file(o_.json);
+    file.write(j.dump(2) + "\n");
+    file.commit();
+  }
+
   // --- helpers ---
   std::uint64_t used_now() const {
     const cuda_mem_info info = backend_->mem_info();
@@ -219,7 +211,7 @@ class validator {
     return *v;
   }
   std::uint64_t mapped_bytes(const vtensor_view& v) const {
-    return (v.mapped_tokens * bpt_ + k_chunk_bytes - 1) / k_chunk_bytes * k_chunk_bytes;
+    return round_up(v.mapped_tokens * bpt_, k_chunk_bytes);
   }
   /// Writes a fresh pattern over each tensor's [from, mapped) and records it as expected content.
   void write_own(std::uint64_t id, std::uint64_t from_bytes, std::vector<gpu_segment>& batch) {
@@ -509,42 +501,72 @@ class validator {
   }
 
   // --- check 5: filling the device ends in eviction or a clean preemption signal, no leak ---
-  void check_fill_to_oom() {
+
+  /// What filling the device did.
+  struct fill_result {
+    std::uint64_t creates = 0, finished = 0;
+    std::uint64_t failing_tokens = 0;     ///< the request that did not fit
+    std::vector<std::uint64_t> fill_ids;  ///< live requests, oldest first
+    double seconds = 0;
+  };
+
+  /// Creates requests until one does not fit; every other one finishes into the prefix cache.
+  fill_result fill_until_oom() {
     const auto t0 = steady::now();
-    const manager_stats before = m_->stats();
     // At least one 512-token block each, so that a finished request leaves an evictable prefix.
     std::uniform_int_distribution<std::uint64_t> prompt(513, std::max<std::uint64_t>(4 * tokens_per_chunk_, 1536));
     std::vector<gpu_segment> batch;
-    std::vector<std::uint64_t> fill_ids;
-    std::uint64_t creates = 0, finished = 0;
-    std::uint64_t failing_tokens = 0;
+    fill_result f;
     const std::uint64_t limit = backend_->capacity_chunks() + 1000;
     for (std::uint64_t n = 0;; ++n) {
       if (n > limit) throw std::runtime_error("check 5: the device never ran out of memory");
       const std::uint64_t id = next_id_++;
       const std::uint64_t tokens = std::min(prompt(rng_), o_.context_tokens);
-      const create_result r = m_->create(request_id{id}, fresh_blocks(tokens), tokens);
-      if (!r.ok()) {
-        failing_tokens = tokens;
+      if (!m_->create(request_id{id}, fresh_blocks(tokens), tokens).ok()) {
+        f.failing_tokens = tokens;
         next_id_--;
         break;
       }
-      ++creates;
+      ++f.creates;
       if (n % 2 == 1) {  // every other one finishes: its pages become an evictable cached prefix
         m_->finish(request_id{id});
-        ++finished;
+        ++f.finished;
         continue;
       }
       live_[id];
       write_own(id, 0, batch);
-      fill_ids.push_back(id);
+      f.fill_ids.push_back(id);
       if (batch.size() >= 16384) {
         ws_->fill(batch);
         batch.clear();
       }
     }
     ws_->fill(batch);
-    const double fill_s = std::chrono::duration<double>(steady::now() - t0).count();
+    f.seconds = std::chrono::duration<double>(steady::now() - t0).count();
+    return f;
+  }
+
+  /// Preempts the oldest until the request that failed fits, then retries it. Returns how many
+  /// were preempted and whether the retry succeeded.
+  std::pair<std::uint64_t, bool> preempt_until_fits(const fill_result& f) {
+    std::uint64_t preempted = 0;
+    bool retried = false;
+    for (std::size_t i = 0; i < f.fill_ids.size() && !retried && preempted < 64; ++i) {
+      m_->preempt(request_id{f.fill_ids[i]});
+      live_.erase(f.fill_ids[i]);
+      ++preempted;
+      retried = m_->create(request_id{next_id_}, fresh_blocks(f.failing_tokens), f.failing_tokens).ok();
+    }
+    if (retried) {
+      live_[next_id_];
+      ++next_id_;
+    }
+    return {preempted, retried};
+  }
+
+  void check_fill_to_oom() {
+    const manager_stats before = m_->stats();
+    const fill_result f = fill_until_oom();
     const manager_stats full = m_->stats();
     sample_memory("at out-of-memory");
     m_->check_invariants();
@@ -552,24 +574,11 @@ class validator {
     const std::uint64_t evicted = full.evicted_nodes - before.evicted_nodes;
     const std::uint64_t signals = full.preemption_signals - before.preemption_signals;
     const std::uint64_t cap = backend_->capacity_bytes();
-    const std::uint64_t request_bytes = geometry_pages(failing_tokens) * tensors_ * k_chunk_bytes;
+    const std::uint64_t request_bytes = geometry_pages(f.failing_tokens) * tensors_ * k_chunk_bytes;
     // Full: what the failed create needed exceeds what could still be created plus the free pool.
     const bool filled =
         full.physical_bytes <= cap && cap - full.physical_bytes + full.free_pool_bytes < request_bytes;
-
-    // Preempt the oldest until the request that failed fits, then retry it.
-    std::uint64_t preempted = 0;
-    bool retried = false;
-    for (std::size_t i = 0; i < fill_ids.size() && !retried && preempted < 64; ++i) {
-      m_->preempt(request_id{fill_ids[i]});
-      live_.erase(fill_ids[i]);
-      ++preempted;
-      retried = m_->create(request_id{next_id_}, fresh_blocks(failing_tokens), failing_tokens).ok();
-    }
-    if (retried) {
-      live_[next_id_];
-      ++next_id_;
-    }
+    const auto [preempted, retried] = preempt_until_fits(f);
     m_->check_invariants();
     const gpu_check_result after = verify_all();
 
@@ -587,14 +596,14 @@ class validator {
         "{} creates ({} finished into the cache) in {:.1f} s filled {} of {} ({} chunks), {} prefix evictions, then "
         "needs_preemption{}; {} verified{}; {} preempted, retry {}; after shutdown: backend holds {} ranges, {} chunks, "
         "{} mappings, driver used {} from start (bound {})",
-        creates, finished, fill_s, bytes_text(full.physical_bytes), bytes_text(cap), full.physical_bytes / k_chunk_bytes,
-        evicted, filled ? "" : " (NOT full)", bytes_text(data.words_checked * 4),
+        f.creates, f.finished, f.seconds, bytes_text(full.physical_bytes), bytes_text(cap),
+        full.physical_bytes / k_chunk_bytes, evicted, filled ? "" : " (NOT full)", bytes_text(data.words_checked * 4),
         data.ok() && after.ok() ? ", 0 mismatches" : " WRONG: " + mismatch_text(data.ok() ? after : data), preempted,
         retried ? "ok" : "FAILED", left.ranges, left.chunks, left.mappings, bytes_text(leak),
         bytes_text(o_.overhead_bytes));
-    c.figures = {{"creates", creates},
-                 {"finished", finished},
-                 {"fill_seconds", fill_s},
+    c.figures = {{"creates", f.creates},
+                 {"finished", f.finished},
+                 {"fill_seconds", f.seconds},
                  {"physical_bytes_full", full.physical_bytes},
                  {"cap_bytes", cap},
                  {"evicted_nodes", evicted},
@@ -607,7 +616,7 @@ class validator {
                  {"driver_used_after_shutdown_minus_start_bytes", leak}};
     outcomes_.push_back(std::move(c));
   }
-  std::uint64_t geometry_pages(std::uint64_t tokens) const { return (tokens * bpt_ + k_chunk_bytes - 1) / k_chunk_bytes; }
+  std::uint64_t geometry_pages(std::uint64_t tokens) const { return ceil_div(tokens * bpt_, k_chunk_bytes); }
 
   static constexpr std::uint64_t k_poison_seed = 0xdeadbeefcafef00dULL;
 
@@ -674,7 +683,7 @@ int cmd_validate_gpu(std::span<const std::string> args, const cli_streams& io) {
     validate_options o;
     o.device = (*values)["device"].as<int>();
     if (o.device < 0) throw usage_error("--device must be 0 or more");
-    if (values->count("memory") != 0) o.memory = parse_size("--memory", (*values)["memory"].as<std::string>());
+    if (values->count("memory") != 0) o.memory = parse_size_option("--memory", (*values)["memory"].as<std::string>());
     const std::string layout = (*values)["layout"].as<std::string>();
     const auto parsed = kv_layout_from_string(layout);
     if (!parsed) throw usage_error(fmt::format("--layout: unknown layout '{}' (kv-split, kv-fused, token-major)", layout));
@@ -684,7 +693,7 @@ int cmd_validate_gpu(std::span<const std::string> args, const cli_streams& io) {
     if (o.context_tokens < 4096) throw usage_error("--context must be at least 4096 tokens");
     o.requests = (*values)["requests"].as<std::uint64_t>();
     if (o.requests == 0) throw usage_error("--requests must be at least 1");
-    o.overhead_bytes = parse_size("--overhead", (*values)["overhead"].as<std::string>());
+    o.overhead_bytes = parse_size_option("--overhead", (*values)["overhead"].as<std::string>());
     if (values->count("json") != 0) o.json = (*values)["json"].as<std::string>();
 #if VTENSOR_HAVE_CUDA && VTENSOR_HAVE_GPU_KERNELS
     return validator(o, io).run();

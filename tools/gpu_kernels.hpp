@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/units.hpp"
+
 namespace vtensor::tools {
 
 /// A CUDA runtime error or a kernel launch failure (message names the call and the error).
@@ -71,7 +73,7 @@ inline constexpr bool k_gpu_kernels_built = false;
 /// from word `first_word`, and appends them to `out`.
 inline void append_segments(std::vector<gpu_segment>& out, std::uint64_t addr, std::uint64_t bytes,
                             std::uint64_t seed, std::uint64_t first_word,
-                            std::uint64_t piece_bytes = std::uint64_t{2} << 20) {
+                            std::uint64_t piece_bytes = 2 * k_mib) {
   for (std::uint64_t off = 0; off < bytes; off += piece_bytes) {
     const std::uint64_t len = bytes - off < piece_bytes ? bytes - off : piece_bytes;
     out.push_back({addr + off, len, seed, first_word + off / 4});
@@ -97,14 +99,12 @@ class gpu_workspace {
   /// Copies `bytes` from `src` to `dst` on the device (cudaMemcpy device to device) and waits
   /// for it: the caller may unmap either side right after.
   void copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);
-  /// Segments the buffers hold per launch (longer lists go in several launches).
-  [[nodiscard]] std::size_t batch_segments() const { return batch_; }
 
  private:
   void upload(const gpu_segment* segments, std::size_t count);
 
   int device_ = 0;
-  std::size_t batch_ = 0;
+  std::size_t batch_ = 0;     // segments the buffers hold per launch (longer lists go in several)
   void* segments_ = nullptr;  // device array of batch_ gpu_segment
   void* result_ = nullptr;    // device counters: mismatches, first bad (segment << 32 | word)
 };

@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include "backends/counting_backend.hpp"
+#include "backends/fault_injection_backend.hpp"
 #include "backends/registry.hpp"
 #include "tests/support/backend_choice.hpp"
 #include "tests/backends/test_helpers.hpp"
@@ -19,6 +21,22 @@ constexpr std::uint64_t k_capacity_chunks = 8;
 
 /// Runs `body` on a fresh backend of every registered name: the GPU ones (`cuda`) when `gpu`,
 /// the others when not (tests/support/backend_choice.hpp).
+template <typename F>
+void for_each_backend(bool gpu, F&& body);
+
+/// The same, with the backend owned: for tests that wrap it in adaptors.
+template <typename F>
+void for_each_owned_backend(bool gpu, F&& body) {
+  for (const std::string& name : testing::backends_for(gpu)) {
+    INFO("backend: " << name);
+    backend_config config;
+    config.capacity_bytes = k_capacity_chunks * k_chunk_bytes;
+    std::unique_ptr<vmm_backend> backend = testing::make_backend_or_skip(name, config);
+    if (!backend) return;
+    body(std::move(backend));
+  }
+}
+
 template <typename F>
 void for_each_backend(bool gpu, F&& body) {
   for (const std::string& name : testing::backends_for(gpu)) {
@@ -358,6 +376,119 @@ TEST_CASE("conformance: map_with_access maps with access, counts both calls, and
 TEST_CASE("conformance on cuda: map_with_access maps with access, counts both calls, and breaks no rule" *
           doctest::test_suite("gpu")) {
   check_map_with_access(true);
+}
+
+
+// The rules live in one place (address_space, shared by sim and cuda): a broken one is refused by
+// the contract before any driver call, so no message is a driver's ("cuMemMap failed: ...").
+void check_rules_refused_before_the_driver(bool gpu) {
+  for_each_backend(gpu, [](vmm_backend& b) {
+    const device_addr base = b.reserve(4 * k_mib);
+    const auto h = b.create_chunk();
+    const auto dead = b.create_chunk();
+    REQUIRE(h);
+    REQUIRE(dead);
+    b.release_chunk(*dead);
+    const auto message = [](auto&& fn) -> std::string {
+      try {
+        fn();
+      } catch (const vmm_error& e) {
+        return e.what();
+      }
+      return "no error";
+    };
+    for (const chunk_handle bad : {*dead, chunk_handle{}, chunk_handle{0x5eed}}) {
+      INFO("handle " << bad.value);
+      const std::string mapped = message([&] { b.map(base, bad); });
+      const std::string with_access = message([&] { b.map_with_access(base, bad); });
+      CHECK(mapped.find("unknown or already released") != std::string::npos);
+      CHECK(with_access == mapped);  // map_with_access checks the handle as map does
+      CHECK(message([&] { b.release_chunk(bad); }).find("unknown or already released") != std::string::npos);
+    }
+    b.map_with_access(base, *h);
+    for (const std::string& m : {message([&] { b.map(base, *h); }), message([&] { b.unmap(base + k_chunk_bytes, k_chunk_bytes); }),
+                                 message([&] { b.free_range(base); }), message([&] { b.release_chunk(*h); })}) {
+      INFO(m);
+      CHECK(m.find("failed:") == std::string::npos);
+      CHECK(m != "no error");
+    }
+    CHECK(b.live().mappings == 1);
+    b.unmap(base, k_chunk_bytes);
+    b.release_chunk(*h);
+    b.free_range(base);
+    check_empty(b);
+  });
+}
+TEST_CASE("conformance: broken rules are refused by the contract, before the driver, alike for map and map_with_access") {
+  check_rules_refused_before_the_driver(false);
+}
+TEST_CASE("conformance on cuda: broken rules are refused by the contract, before the driver, alike for map and map_with_access" *
+          doctest::test_suite("gpu")) {
+  check_rules_refused_before_the_driver(true);
+}
+
+// Counting is the base class's (Note [Counting in the base class]): adaptors stacked on a backend
+// count every call exactly as the backend does, map_with_access and failures included.
+void check_adaptors_count_as_the_backend(bool gpu) {
+  for_each_owned_backend(gpu, [](std::unique_ptr<vmm_backend> inner) {
+    vmm_backend* device = inner.get();
+    counting_backend outer(std::make_unique<fault_injection_backend>(std::move(inner)));
+    const device_addr base = outer.reserve(4 * k_mib);
+    const auto h = outer.create_chunk();
+    REQUIRE(h);
+    outer.map_with_access(base, *h);
+    check_vmm_error(vmm_call::map, [&] { outer.map_with_access(base, *h); });
+    outer.map(base + k_chunk_bytes, *h);
+    outer.set_access(base, 2 * k_chunk_bytes);
+    outer.unmap(base, 2 * k_chunk_bytes);
+    outer.release_chunk(*h);
+    outer.free_range(base);
+    const vmm_counters& c = outer.counters();
+    CHECK(c.calls == outer.inner().counters().calls);
+    CHECK(c.calls == device->counters().calls);
+    CHECK(c.calls_of(vmm_call::map) == 3);
+    CHECK(c.calls_of(vmm_call::set_access) == 2);
+    CHECK(c.time_ns == device->counters().time_ns);
+    check_empty(outer);
+  });
+}
+TEST_CASE("conformance: adaptors count every call as the backend under them") { check_adaptors_count_as_the_backend(false); }
+TEST_CASE("conformance on cuda: adaptors count every call as the backend under them" * doctest::test_suite("gpu")) {
+  check_adaptors_count_as_the_backend(true);
+}
+
+// A set-access that fails inside map_with_access: the map is undone, and the three calls are
+// counted on every layer.
+void check_failed_access_of_map_with_access(bool gpu) {
+  for_each_owned_backend(gpu, [](std::unique_ptr<vmm_backend> inner) {
+    vmm_backend* device = inner.get();
+    auto faulty = std::make_unique<fault_injection_backend>(std::move(inner));
+    fault_injection_backend& faults = *faulty;
+    counting_backend outer(std::move(faulty));
+    const device_addr base = outer.reserve(4 * k_mib);
+    const auto h = outer.create_chunk();
+    REQUIRE(h);
+    faults.fail_nth(vmm_call::set_access, 1);
+    check_vmm_error(vmm_call::set_access, [&] { outer.map_with_access(base, *h); });
+    CHECK(outer.live().mappings == 0);
+    CHECK(outer.counters().calls_of(vmm_call::map) == 1);
+    CHECK(outer.counters().calls_of(vmm_call::set_access) == 1);
+    CHECK(outer.counters().calls_of(vmm_call::unmap) == 1);
+    CHECK(faults.counters().calls == outer.counters().calls);
+    CHECK(device->counters().calls_of(vmm_call::set_access) == 0);  // the fault never reached the device
+    outer.map_with_access(base, *h);  // the rule fired once
+    outer.unmap(base, k_chunk_bytes);
+    outer.release_chunk(*h);
+    outer.free_range(base);
+    check_empty(outer);
+  });
+}
+TEST_CASE("conformance: a failed set-access in map_with_access is undone and counted on every layer") {
+  check_failed_access_of_map_with_access(false);
+}
+TEST_CASE("conformance on cuda: a failed set-access in map_with_access is undone and counted on every layer" *
+          doctest::test_suite("gpu")) {
+  check_failed_access_of_map_with_access(true);
 }
 
 }  // TEST_SUITE

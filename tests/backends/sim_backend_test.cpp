@@ -57,7 +57,7 @@ TEST_CASE("sim_backend: a long replay of reserves and frees keeps reusing the wi
   INFO("seed: " << seed);
   std::mt19937_64 rng(seed);
   sim_backend b(sim_backend::k_unlimited, latency_model::zero(),
-                va_window{.base = 0x7f00'0000'0000, .bytes = std::uint64_t{1} << 40});
+                va_window{.base = 0x7f00'0000'0000, .bytes = 1024 * k_gib});
   std::vector<device_addr> live;
   for (int i = 0; i < 20'000; ++i) {
     if (live.size() < 40 && (live.empty() || rng() % 2 == 0)) {

@@ -15,8 +15,6 @@
 
 namespace vtensor::backend_testing {
 
-inline constexpr std::uint64_t k_mib = std::uint64_t{1} << 20;
-inline constexpr std::uint64_t k_gib = std::uint64_t{1} << 30;
 
 /// A fresh directory under the system temp dir, removed with its content on destruction.
 class temp_dir {

@@ -19,7 +19,7 @@ namespace {
 class probed_sim final : public backend_adaptor {
  public:
   probed_sim() : backend_adaptor(std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::h200())) {}
-  [[nodiscard]] std::string name() const override { return "probed(sim)"; }
+  [[nodiscard]] std::string do_name() const override { return "probed(sim)"; }
   [[nodiscard]] bool accessible(device_addr va) const {
     std::lock_guard lock(mutex_);
     return sim().accessible(va);

@@ -27,7 +27,7 @@ class recording_backend final : public vmm_backend {
   /// A device of `capacity_bytes` (sim_backend::k_unlimited for no limit), zero latency.
   explicit recording_backend(std::uint64_t capacity_bytes = sim_backend::k_unlimited);
 
-  [[nodiscard]] std::string name() const override { return "recording(sim)"; }
+  [[nodiscard]] std::string do_name() const override { return "recording(sim)"; }
 
   /// The calls logged since the last take(), oldest first; empties the log.
   [[nodiscard]] std::vector<std::string> take();

@@ -4,6 +4,7 @@
 #include "tools/cli.hpp"
 #include "tests/support/backend_choice.hpp"
 #include "tests/support/cli_run.hpp"
+#include "tools/calibration.hpp"
 #include "tools/gpu_kernels.hpp"
 
 #include "backends/latency_model.hpp"
@@ -15,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -107,19 +109,47 @@ TEST_CASE("validate-gpu and calibrate fail cleanly without a GPU, naming the cud
 
 TEST_CASE("the validation pattern splits into chunk pieces that continue one pattern") {
   std::vector<vtt::gpu_segment> segments;
-  vtt::append_segments(segments, 0x10000000, 5 * (std::uint64_t{1} << 20), 7, 0);
+  vtt::append_segments(segments, 0x10000000, 5 * vtensor::k_mib, 7, 0);
   REQUIRE(segments.size() == 3);
-  CHECK(segments[1].addr == 0x10000000 + (std::uint64_t{2} << 20));
-  CHECK(segments[1].first_word == (std::uint64_t{2} << 20) / 4);
-  CHECK(segments[2].bytes == (std::uint64_t{1} << 20));
+  CHECK(segments[1].addr == 0x10000000 + 2 * vtensor::k_mib);
+  CHECK(segments[1].first_word == 2 * vtensor::k_mib / 4);
+  CHECK(segments[2].bytes == vtensor::k_mib);
   CHECK(vtt::gpu_pattern_word(7, 0) != vtt::gpu_pattern_word(8, 0));
   CHECK(vtt::gpu_pattern_word(7, 0) != vtt::gpu_pattern_word(7, 1));
-  CHECK(vtt::gpu_pattern_word(7, 5) == vtt::gpu_pattern_word(7, 5));
 }
 
-TEST_CASE("the calibration measured on the H200 by vtensor calibrate loads in the sim's latency model") {
-  const auto model = vtensor::latency_model::load(VTENSOR_SOURCE_DIR "/results/gpu/h200-calibration.json");
-  CHECK(model.device() == "NVIDIA H200");
-  CHECK(model.cost_ns(vtensor::vmm_call::set_access) > 0);
-  CHECK(model.cost(vtensor::vmm_call::create).p99_ns >= model.cost(vtensor::vmm_call::create).p50_ns);
+TEST_CASE("the validation pattern is pinned: the kernels and the host compute these very words") {
+  // splitmix64 of (seed, index), low 32 bits: a change here changes what validate-gpu writes.
+  CHECK(vtt::gpu_pattern_word(7, 0) == 1943390u);
+  CHECK(vtt::gpu_pattern_word(7, 5) == 2040365814u);
+  CHECK(vtt::gpu_pattern_word(0xdeadbeefcafef00dULL, 123456789) == 3898267391u);
+  // No short cycle: a chunk-sized piece's first 4096 words are all different.
+  std::set<std::uint32_t> words;
+  for (std::uint64_t i = 0; i < 4096; ++i) words.insert(vtt::gpu_pattern_word(1, i));
+  CHECK(words.size() == 4096);
+}
+
+TEST_CASE("calibrate's summary of its samples is what the sim's latency model loads back") {
+  vtt::call_samples samples;
+  for (std::uint64_t i = 100; i >= 1; --i) samples[static_cast<std::size_t>(vtensor::vmm_call::map)].push_back(i * 1000);
+  samples[static_cast<std::size_t>(vtensor::vmm_call::set_access)] = {30'000, 10'000, 20'000};
+  std::ostringstream table;
+  vtensor::latency_model model = vtt::calibration_model(samples, table);
+  const vtensor::call_cost map = model.cost(vtensor::vmm_call::map);
+  CHECK(map.mean_ns == 50'500);  // (1 + ... + 100) / 100 us
+  CHECK(map.p50_ns == 51'000);   // element 50 of the sorted 100
+  CHECK(map.p99_ns == 100'000);  // element 99
+  CHECK(model.cost(vtensor::vmm_call::set_access) == vtensor::call_cost{20'000, 20'000, 30'000});
+  CHECK(model.cost(vtensor::vmm_call::create) == vtensor::call_cost{});  // no samples
+  CHECK(table.str().find("| map | 100 | 50.5 | 51.0 | 100.0 |") != std::string::npos);
+
+  model.set_device("NVIDIA H200");
+  model.set_source("gpu_commands_test");
+  const fs::path file = fs::temp_directory_path() / "vtensor_gpu_commands_test_model.json";
+  model.save(file);
+  const auto loaded = vtensor::latency_model::load(file);
+  fs::remove(file);
+  CHECK(loaded == model);
+  CHECK(loaded.device() == "NVIDIA H200");
+  CHECK(loaded.cost_ns(vtensor::vmm_call::map) == 50'500);
 }

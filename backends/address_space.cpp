@@ -1,0 +1,211 @@
+#include "backends/address_space.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace vtensor {
+
+namespace {
+
+constexpr std::size_t k_unmap_log_limit = 65536;
+
+std::string span_text(device_addr va, std::uint64_t bytes) { return fmt::format("[{:#x}, {:#x})", va, va + bytes); }
+
+}  // namespace
+
+// ---- ranges ------------------------------------------------------------------------------------
+
+void address_space::add_range(device_addr base, std::uint64_t bytes) { ranges_.emplace(base, range_info{bytes, 0, {}}); }
+
+std::uint64_t address_space::check_free_range(device_addr base) const {
+  const auto it = ranges_.find(base);
+  if (it == ranges_.end()) {
+    if (const auto inside = range_of(base)) {
+      throw vmm_error(vmm_call::free_range, base,
+                      fmt::format("not the base of a reserved range (inside {})", span_text(inside->first, inside->second)));
+    }
+    throw vmm_error(vmm_call::free_range, base, "no reserved range at this address");
+  }
+  if (it->second.mapped_spans != 0) {
+    throw vmm_error(vmm_call::free_range, base,
+                    fmt::format("range {} still holds {} mapping(s)", span_text(base, it->second.bytes),
+                                it->second.mapped_spans));
+  }
+  return it->second.bytes;
+}
+
+void address_space::remove_range(device_addr base) {
+  const auto it = ranges_.find(base);
+  if (it == ranges_.end()) return;
+  if (last_range_ == it) last_range_ = ranges_.end();
+  ranges_.erase(it);
+}
+
+address_space::range_map::iterator address_space::find_range(device_addr va) {
+  if (last_range_ != ranges_.end() && va - last_range_->first < last_range_->second.bytes) return last_range_;
+  auto it = ranges_.upper_bound(va);
+  if (it == ranges_.begin()) return ranges_.end();
+  --it;
+  if (va - it->first >= it->second.bytes) return ranges_.end();
+  last_range_ = it;
+  return it;
+}
+
+std::optional<std::pair<device_addr, std::uint64_t>> address_space::range_of(device_addr va) const {
+  auto it = ranges_.upper_bound(va);
+  if (it == ranges_.begin()) return std::nullopt;
+  --it;
+  if (va - it->first >= it->second.bytes) return std::nullopt;
+  return std::pair{it->first, it->second.bytes};
+}
+
+// ---- chunks ------------------------------------------------------------------------------------
+
+void address_space::add_chunk(chunk_handle h) {
+  if (!chunks_.emplace(h.value, 0).second) {
+    throw std::logic_error(fmt::format("address_space: chunk handle {:#x} created twice", h.value));
+  }
+}
+
+void address_space::check_release(chunk_handle h) const {
+  apply_unmap_log();
+  const auto it = chunks_.find(h.value);
+  if (it == chunks_.end()) {
+    throw vmm_error(vmm_call::release, 0, fmt::format("chunk handle {:#x} is unknown or already released", h.value));
+  }
+  if (it->second != 0) {
+    throw vmm_error(vmm_call::release, 0,
+                    fmt::format("chunk handle {:#x} is still mapped at {} address(es)", h.value, it->second));
+  }
+}
+
+void address_space::remove_chunk(chunk_handle h) { chunks_.erase(h.value); }
+
+std::uint64_t address_space::mapping_count(chunk_handle h) const {
+  apply_unmap_log();
+  const auto it = chunks_.find(h.value);
+  return it == chunks_.end() ? 0 : it->second;
+}
+
+void address_space::apply_unmap_log() const {
+  for (const std::uint64_t handle : unmap_log_) {
+    if (const auto it = chunks_.find(handle); it != chunks_.end()) --it->second;
+  }
+  unmap_log_.clear();
+}
+
+// ---- mappings ----------------------------------------------------------------------------------
+
+address_space::map_slot address_space::check_map(device_addr va, chunk_handle h) {
+  const auto range = find_range(va);
+  if (range == ranges_.end()) [[unlikely]] {
+    throw vmm_error(vmm_call::map, va, "range not reserved");
+  }
+  if (va + k_chunk_bytes - range->first > range->second.bytes) [[unlikely]] {
+    throw vmm_error(vmm_call::map, va,
+                    fmt::format("chunk crosses the end of its range {}", span_text(range->first, range->second.bytes)));
+  }
+  const auto chunk = chunks_.find(h.value);
+  if (chunk == chunks_.end()) [[unlikely]] {
+    throw vmm_error(vmm_call::map, va, fmt::format("chunk handle {:#x} is unknown or already released", h.value));
+  }
+  std::vector<span_state>& spans = range->second.spans;
+  const std::uint64_t index = (va - range->first) / k_chunk_bytes;
+  if (index >= spans.size()) {
+    spans.resize(std::min(range->second.bytes / k_chunk_bytes, std::max<std::uint64_t>(index + 1, 2 * spans.size())));
+  }
+  span_state& span = spans[index];
+  if (span.handle != 0) [[unlikely]] {
+    throw vmm_error(vmm_call::map, va, fmt::format("span already mapped (chunk handle {:#x})", span.handle));
+  }
+  return {&range->second, &span, &chunk->second};
+}
+
+void address_space::commit_map(const map_slot& slot, chunk_handle h) {
+  *slot.span = span_state{h.value, false};
+  ++slot.range->mapped_spans;
+  ++*slot.chunk_mappings;
+  ++mappings_;
+}
+
+void address_space::throw_unmapped(vmm_call call, device_addr span, device_addr va, std::uint64_t bytes) const {
+  const std::string where = bytes == k_chunk_bytes ? std::string{} : fmt::format(" (in {})", span_text(va, bytes));
+  const char* what = range_of(span) ? "span not mapped" : "span not mapped (range not reserved)";
+  throw vmm_error(call, span, fmt::format("{}{}", what, where));
+}
+
+address_space::mapped_run address_space::check_mapped(vmm_call call, device_addr va, std::uint64_t bytes) {
+  const auto it = find_range(va);
+  if (it == ranges_.end()) [[unlikely]] {
+    throw_unmapped(call, va, va, bytes);
+  }
+  range_info& range = it->second;
+  const std::uint64_t first = (va - it->first) / k_chunk_bytes;
+  const std::uint64_t count = bytes / k_chunk_bytes;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    if (first + i >= range.spans.size() || range.spans[first + i].handle == 0) [[unlikely]] {
+      throw_unmapped(call, va + i * k_chunk_bytes, va, bytes);
+    }
+  }
+  return {&range, std::span<span_state>(range.spans).subspan(first, count)};
+}
+
+void address_space::commit_set_access(const mapped_run& run) {
+  for (span_state& span : run.spans) span.accessible = true;
+}
+
+void address_space::commit_unmap(const mapped_run& run, std::size_t count) {
+  for (span_state& span : run.spans.first(count)) {
+    unmap_log_.push_back(span.handle);
+    span = span_state{};
+  }
+  run.range->mapped_spans -= count;
+  mappings_ -= count;
+  if (unmap_log_.size() >= k_unmap_log_limit) apply_unmap_log();
+}
+
+const address_space::span_state* address_space::mapped_span(device_addr va) const {
+  auto it = ranges_.upper_bound(va);
+  if (it == ranges_.begin()) return nullptr;
+  --it;
+  const std::uint64_t index = (va - it->first) / k_chunk_bytes;
+  if (va - it->first >= it->second.bytes || index >= it->second.spans.size()) return nullptr;
+  const span_state& span = it->second.spans[index];
+  return span.handle == 0 ? nullptr : &span;
+}
+
+void address_space::check_invariants() const {
+  const auto fail = [](const std::string& why) { throw std::logic_error("address_space invariant broken: " + why); };
+  apply_unmap_log();
+  std::unordered_map<std::uint64_t, std::uint64_t> per_chunk;
+  std::uint64_t mappings = 0;
+  device_addr previous_end = 0;
+  for (const auto& [base, info] : ranges_) {
+    if (base < previous_end) fail(fmt::format("range {} overlaps the one before", span_text(base, info.bytes)));
+    previous_end = base + info.bytes;
+    std::uint64_t spans = 0;
+    for (std::size_t i = 0; i < info.spans.size(); ++i) {
+      const std::uint64_t handle = info.spans[i].handle;
+      if (handle == 0) continue;
+      if (!chunks_.contains(handle)) {
+        fail(fmt::format("mapping at {:#x} holds a dead chunk handle {:#x}", base + i * k_chunk_bytes, handle));
+      }
+      ++per_chunk[handle];
+      ++spans;
+    }
+    if (info.mapped_spans != spans) fail(fmt::format("range at {:#x} miscounts its mappings", base));
+    mappings += spans;
+  }
+  if (mappings != mappings_) fail("mapping count drifted");
+  for (const auto& [handle, count] : chunks_) {
+    const auto it = per_chunk.find(handle);
+    if (count != (it == per_chunk.end() ? 0 : it->second)) {
+      fail(fmt::format("chunk {:#x} miscounts its mappings", handle));
+    }
+  }
+}
+
+}  // namespace vtensor

@@ -1,0 +1,120 @@
+#pragma once
+/// The contract's bookkeeping, written once for every device backend (`sim` and `cuda` each own
+/// one): reserved ranges, live chunks, and which chunk is mapped at each chunk-sized span. Its
+/// `check_*` methods are the rules of backends/vmm_backend.hpp (alignment is checked by the base
+/// class before); each throws vmm_error naming the call, the address and the reason, and changes
+/// nothing. The backend runs its own work (the driver call, the simulated cost) between a check
+/// and the matching commit, so a driver failure leaves the bookkeeping as it was.
+///
+/// Note [Tracking on the map path]
+/// On a GPU every driver call leaves the calling thread's caches cold, so each cache line touched
+/// between two calls costs a miss (figures: results/README.md, "Figures behind the notes of
+/// backends/, tools/ and bench/"). The map path therefore touches few lines: the range used last
+/// is looked at first, a range keeps its spans in one vector indexed by chunk (grown to the highest
+/// span mapped), a map finds the chunk's record once (liveness check) and counts the mapping
+/// through it, and an unmap appends the lost mapping to a log that is applied to the per-chunk
+/// counts only when they are read (a release, a query) or the log grows long.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backends/vmm_backend.hpp"
+
+namespace vtensor {
+
+/// Ranges, chunks and mappings of one device, with the contract's rule checks.
+class address_space {
+ public:
+  /// One chunk-sized span of a range.
+  struct span_state {
+    std::uint64_t handle = 0;  ///< chunk_handle::value mapped here; 0: unmapped
+    bool accessible = false;   ///< set_access done since the map
+  };
+  /// One reserved range.
+  struct range_info {
+    std::uint64_t bytes = 0;         ///< size of the range
+    std::uint64_t mapped_spans = 0;  ///< chunk-sized mappings inside it
+    std::vector<span_state> spans;   ///< by span index; grown on demand up to the highest mapped one
+  };
+  using range_map = std::map<device_addr, range_info>;
+
+  /// Where check_map found room: pass it to commit_map after the backend's own work.
+  struct map_slot {
+    range_info* range = nullptr;
+    span_state* span = nullptr;
+    std::uint64_t* chunk_mappings = nullptr;
+  };
+  /// The mapped spans a set_access or an unmap covers (check_mapped).
+  struct mapped_run {
+    range_info* range = nullptr;
+    std::span<span_state> spans;
+  };
+
+  address_space() = default;
+  address_space(const address_space&) = delete;
+  address_space& operator=(const address_space&) = delete;
+
+  // ---- ranges ----
+  /// Records a range the backend reserved.
+  void add_range(device_addr base, std::uint64_t bytes);
+  /// free_range(base): `base` must be a reserved range's base and the range hold no mapping.
+  /// Returns the range's size.
+  [[nodiscard]] std::uint64_t check_free_range(device_addr base) const;
+  /// Forgets the range at `base` (after check_free_range and the backend's work).
+  void remove_range(device_addr base);
+  /// Base and size of the reserved range containing `va`, if any.
+  [[nodiscard]] std::optional<std::pair<device_addr, std::uint64_t>> range_of(device_addr va) const;
+  /// Every reserved range, by base.
+  [[nodiscard]] const range_map& ranges() const { return ranges_; }
+
+  // ---- chunks ----
+  /// Records a chunk the backend created (its handle must not be live).
+  void add_chunk(chunk_handle h);
+  /// release_chunk(h): `h` must be live and mapped nowhere.
+  void check_release(chunk_handle h) const;
+  /// Forgets chunk `h` (after check_release and the backend's work).
+  void remove_chunk(chunk_handle h);
+  /// How many addresses live chunk `h` is mapped at; 0 for an unknown or released handle.
+  [[nodiscard]] std::uint64_t mapping_count(chunk_handle h) const;
+
+  // ---- mappings ----
+  /// map(va, h) (and map_with_access): the chunk-sized span at `va` inside a reserved range and
+  /// unmapped, `h` live. Throws vmm_error for `vmm_call::map`.
+  [[nodiscard]] map_slot check_map(device_addr va, chunk_handle h);
+  /// Records the mapping check_map found room for (not accessible yet).
+  void commit_map(const map_slot& slot, chunk_handle h);
+  /// set_access or unmap (`call`) of `[va, va + bytes)`: every chunk-sized span of it mapped.
+  [[nodiscard]] mapped_run check_mapped(vmm_call call, device_addr va, std::uint64_t bytes);
+  /// Marks the spans of `run` accessible.
+  static void commit_set_access(const mapped_run& run);
+  /// Records the first `count` spans of `run` unmapped (all of them by default).
+  void commit_unmap(const mapped_run& run, std::size_t count);
+  void commit_unmap(const mapped_run& run) { commit_unmap(run, run.spans.size()); }
+
+  /// The span at the chunk-sized span containing `va`, or nullptr when it is not mapped.
+  [[nodiscard]] const span_state* mapped_span(device_addr va) const;
+  /// Ranges, chunks and mappings held now.
+  [[nodiscard]] vmm_live live() const { return {ranges_.size(), chunks_.size(), mappings_}; }
+
+  /// Walks every structure and throws std::logic_error on an inconsistency. O(state).
+  void check_invariants() const;
+
+ private:
+  [[nodiscard]] range_map::iterator find_range(device_addr va);
+  [[noreturn]] void throw_unmapped(vmm_call call, device_addr span, device_addr va, std::uint64_t bytes) const;
+  /// Brings the per-chunk mapping counts up to date (Note [Tracking on the map path]).
+  void apply_unmap_log() const;
+
+  range_map ranges_;                               ///< reserved ranges by base
+  range_map::iterator last_range_ = ranges_.end();  ///< the range a call used last
+  mutable std::unordered_map<std::uint64_t, std::uint64_t> chunks_;  ///< live handle -> addresses mapped at
+  mutable std::vector<std::uint64_t> unmap_log_;  ///< handles that lost a mapping, not yet in chunks_
+  std::uint64_t mappings_ = 0;                     ///< chunk-sized mappings in all ranges
+};
+
+}  // namespace vtensor
