@@ -10,8 +10,6 @@ namespace vtensor {
 
 namespace {
 
-constexpr std::size_t k_unmap_log_limit = 65536;
-
 std::string span_text(device_addr va, std::uint64_t bytes) { return fmt::format("[{:#x}, {:#x})", va, va + bytes); }
 
 }  // namespace
@@ -64,37 +62,64 @@ std::optional<std::pair<device_addr, std::uint64_t>> address_space::range_of(dev
 
 // ---- chunks ------------------------------------------------------------------------------------
 
-void address_space::add_chunk(chunk_handle h) {
-  if (!chunks_.emplace(h.value, 0).second) {
-    throw std::logic_error(fmt::format("address_space: chunk handle {:#x} created twice", h.value));
+std::uint32_t address_space::entry_of(chunk_handle h) const {
+  if (slot_of_ != nullptr) {
+    const std::uint32_t slot = slot_of_(h);
+    return slot < entries_.size() && entries_[slot].handle == h.value && h.value != 0 ? slot : k_no_entry;
   }
+  const auto it = index_.find(h.value);
+  return it == index_.end() ? k_no_entry : it->second;
+}
+
+void address_space::add_chunk(chunk_handle h) {
+  if (h.value == 0 || entry_of(h) != k_no_entry) {
+    throw std::logic_error(fmt::format("address_space: chunk handle {:#x} is zero or created twice", h.value));
+  }
+  std::uint32_t entry = 0;
+  if (slot_of_ != nullptr) {
+    entry = slot_of_(h);
+    if (entry >= entries_.size()) entries_.resize(std::size_t{entry} + 1);
+    if (entries_[entry].handle != 0) {
+      throw std::logic_error(fmt::format("address_space: slot of chunk handle {:#x} is taken", h.value));
+    }
+  } else if (!free_entries_.empty()) {
+    entry = free_entries_.back();
+    free_entries_.pop_back();
+  } else {
+    entry = static_cast<std::uint32_t>(entries_.size());
+    entries_.emplace_back();
+  }
+  entries_[entry] = chunk_entry{h.value, 0};
+  if (slot_of_ == nullptr) index_.emplace(h.value, entry);
+  ++live_chunks_;
 }
 
 void address_space::check_release(chunk_handle h) const {
-  apply_unmap_log();
-  const auto it = chunks_.find(h.value);
-  if (it == chunks_.end()) {
+  const std::uint32_t entry = entry_of(h);
+  if (entry == k_no_entry) {
     throw vmm_error(vmm_call::release, 0, fmt::format("chunk handle {:#x} is unknown or already released", h.value));
   }
-  if (it->second != 0) {
+  if (entries_[entry].mappings != 0) {
     throw vmm_error(vmm_call::release, 0,
-                    fmt::format("chunk handle {:#x} is still mapped at {} address(es)", h.value, it->second));
+                    fmt::format("chunk handle {:#x} is still mapped at {} address(es)", h.value,
+                                entries_[entry].mappings));
   }
 }
 
-void address_space::remove_chunk(chunk_handle h) { chunks_.erase(h.value); }
+void address_space::remove_chunk(chunk_handle h) {
+  const std::uint32_t entry = entry_of(h);
+  if (entry == k_no_entry) return;
+  entries_[entry] = chunk_entry{};
+  if (slot_of_ == nullptr) {
+    index_.erase(h.value);
+    free_entries_.push_back(entry);
+  }
+  --live_chunks_;
+}
 
 std::uint64_t address_space::mapping_count(chunk_handle h) const {
-  apply_unmap_log();
-  const auto it = chunks_.find(h.value);
-  return it == chunks_.end() ? 0 : it->second;
-}
-
-void address_space::apply_unmap_log() const {
-  for (const std::uint64_t handle : unmap_log_) {
-    if (const auto it = chunks_.find(handle); it != chunks_.end()) --it->second;
-  }
-  unmap_log_.clear();
+  const std::uint32_t entry = entry_of(h);
+  return entry == k_no_entry ? 0 : entries_[entry].mappings;
 }
 
 // ---- mappings ----------------------------------------------------------------------------------
@@ -108,8 +133,8 @@ address_space::map_slot address_space::check_map(device_addr va, chunk_handle h)
     throw vmm_error(vmm_call::map, va,
                     fmt::format("chunk crosses the end of its range {}", span_text(range->first, range->second.bytes)));
   }
-  const auto chunk = chunks_.find(h.value);
-  if (chunk == chunks_.end()) [[unlikely]] {
+  const std::uint32_t entry = entry_of(h);
+  if (entry == k_no_entry) [[unlikely]] {
     throw vmm_error(vmm_call::map, va, fmt::format("chunk handle {:#x} is unknown or already released", h.value));
   }
   std::vector<span_state>& spans = range->second.spans;
@@ -121,13 +146,13 @@ address_space::map_slot address_space::check_map(device_addr va, chunk_handle h)
   if (span.handle != 0) [[unlikely]] {
     throw vmm_error(vmm_call::map, va, fmt::format("span already mapped (chunk handle {:#x})", span.handle));
   }
-  return {&range->second, &span, &chunk->second};
+  return {&range->second, &span, entry};
 }
 
 void address_space::commit_map(const map_slot& slot, chunk_handle h) {
-  *slot.span = span_state{h.value, false};
+  *slot.span = span_state{h.value, slot.entry, false};
   ++slot.range->mapped_spans;
-  ++*slot.chunk_mappings;
+  ++entries_[slot.entry].mappings;
   ++mappings_;
 }
 
@@ -159,12 +184,11 @@ void address_space::commit_set_access(const mapped_run& run) {
 
 void address_space::commit_unmap(const mapped_run& run, std::size_t count) {
   for (span_state& span : run.spans.first(count)) {
-    unmap_log_.push_back(span.handle);
+    --entries_[span.entry].mappings;
     span = span_state{};
   }
   run.range->mapped_spans -= count;
   mappings_ -= count;
-  if (unmap_log_.size() >= k_unmap_log_limit) apply_unmap_log();
 }
 
 const address_space::span_state* address_space::mapped_span(device_addr va) const {
@@ -179,8 +203,7 @@ const address_space::span_state* address_space::mapped_span(device_addr va) cons
 
 void address_space::check_invariants() const {
   const auto fail = [](const std::string& why) { throw std::logic_error("address_space invariant broken: " + why); };
-  apply_unmap_log();
-  std::unordered_map<std::uint64_t, std::uint64_t> per_chunk;
+  std::vector<std::uint64_t> per_entry(entries_.size(), 0);
   std::uint64_t mappings = 0;
   device_addr previous_end = 0;
   for (const auto& [base, info] : ranges_) {
@@ -188,24 +211,28 @@ void address_space::check_invariants() const {
     previous_end = base + info.bytes;
     std::uint64_t spans = 0;
     for (std::size_t i = 0; i < info.spans.size(); ++i) {
-      const std::uint64_t handle = info.spans[i].handle;
-      if (handle == 0) continue;
-      if (!chunks_.contains(handle)) {
-        fail(fmt::format("mapping at {:#x} holds a dead chunk handle {:#x}", base + i * k_chunk_bytes, handle));
+      const span_state& span = info.spans[i];
+      if (span.handle == 0) continue;
+      if (span.entry >= entries_.size() || entries_[span.entry].handle != span.handle) {
+        fail(fmt::format("mapping at {:#x} holds a dead chunk handle {:#x}", base + i * k_chunk_bytes, span.handle));
       }
-      ++per_chunk[handle];
+      ++per_entry[span.entry];
       ++spans;
     }
     if (info.mapped_spans != spans) fail(fmt::format("range at {:#x} miscounts its mappings", base));
     mappings += spans;
   }
   if (mappings != mappings_) fail("mapping count drifted");
-  for (const auto& [handle, count] : chunks_) {
-    const auto it = per_chunk.find(handle);
-    if (count != (it == per_chunk.end() ? 0 : it->second)) {
-      fail(fmt::format("chunk {:#x} miscounts its mappings", handle));
-    }
+  std::uint64_t live = 0;
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    const chunk_entry& c = entries_[e];
+    if (c.handle == 0) continue;
+    ++live;
+    if (c.mappings != per_entry[e]) fail(fmt::format("chunk {:#x} miscounts its mappings", c.handle));
+    if (entry_of(chunk_handle{c.handle}) != e) fail(fmt::format("chunk {:#x} is not found at its entry", c.handle));
   }
+  if (live != live_chunks_) fail("live chunk count drifted");
+  if (slot_of_ == nullptr && index_.size() != live_chunks_) fail("chunk index size drifted");
 }
 
 }  // namespace vtensor

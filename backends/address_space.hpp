@@ -9,11 +9,13 @@
 /// Note [Tracking on the map path]
 /// On a GPU every driver call leaves the calling thread's caches cold, so each cache line touched
 /// between two calls costs a miss (figures: results/README.md, "Figures behind the notes of
-/// backends/, tools/ and bench/"). The map path therefore touches few lines: the range used last
-/// is looked at first, a range keeps its spans in one vector indexed by chunk (grown to the highest
-/// span mapped), a map finds the chunk's record once (liveness check) and counts the mapping
-/// through it, and an unmap appends the lost mapping to a log that is applied to the per-chunk
-/// counts only when they are read (a release, a query) or the log grows long.
+/// backends/, tools/ and bench/"). The simulated device makes millions of these calls per replay,
+/// so the same path is its hot loop. The map path therefore touches few lines: the range used
+/// last is looked at first; a range keeps its spans in one vector indexed by chunk (grown to the
+/// highest span mapped); chunks live in one dense table of entries, found from a handle through
+/// the backend's slot function when its handles carry their slot (the simulated device's do) or
+/// through a hash index otherwise (the driver's handles are opaque); a span remembers its
+/// chunk's entry, so an unmap counts the lost mapping with no lookup at all.
 
 #include <cstdint>
 #include <map>
@@ -33,8 +35,12 @@ class address_space {
   /// One chunk-sized span of a range.
   struct span_state {
     std::uint64_t handle = 0;  ///< chunk_handle::value mapped here; 0: unmapped
+    std::uint32_t entry = 0;   ///< the chunk's entry in the chunk table
     bool accessible = false;   ///< set_access done since the map
   };
+  /// Where a handle's entry is: its slot, for backends whose handles carry one (the entry's handle
+  /// is checked, so a stale handle of a reused slot is refused); absent, a hash index is kept.
+  using slot_fn = std::uint32_t (*)(chunk_handle);
   /// One reserved range.
   struct range_info {
     std::uint64_t bytes = 0;         ///< size of the range
@@ -47,7 +53,7 @@ class address_space {
   struct map_slot {
     range_info* range = nullptr;
     span_state* span = nullptr;
-    std::uint64_t* chunk_mappings = nullptr;
+    std::uint32_t entry = 0;  ///< the chunk's entry in the chunk table
   };
   /// The mapped spans a set_access or an unmap covers (check_mapped).
   struct mapped_run {
@@ -55,7 +61,8 @@ class address_space {
     std::span<span_state> spans;
   };
 
-  address_space() = default;
+  /// `slot_of`: see slot_fn; nullptr for opaque handles.
+  explicit address_space(slot_fn slot_of = nullptr) : slot_of_(slot_of) {}
   address_space(const address_space&) = delete;
   address_space& operator=(const address_space&) = delete;
 
@@ -99,21 +106,31 @@ class address_space {
   /// The span at the chunk-sized span containing `va`, or nullptr when it is not mapped.
   [[nodiscard]] const span_state* mapped_span(device_addr va) const;
   /// Ranges, chunks and mappings held now.
-  [[nodiscard]] vmm_live live() const { return {ranges_.size(), chunks_.size(), mappings_}; }
+  [[nodiscard]] vmm_live live() const { return {ranges_.size(), live_chunks_, mappings_}; }
 
   /// Walks every structure and throws std::logic_error on an inconsistency. O(state).
   void check_invariants() const;
 
  private:
+  /// One live chunk (or a free entry: handle 0).
+  struct chunk_entry {
+    std::uint64_t handle = 0;    ///< chunk_handle::value; 0: entry free
+    std::uint64_t mappings = 0;  ///< addresses it is mapped at
+  };
+  static constexpr std::uint32_t k_no_entry = ~std::uint32_t{0};
+
   [[nodiscard]] range_map::iterator find_range(device_addr va);
   [[noreturn]] void throw_unmapped(vmm_call call, device_addr span, device_addr va, std::uint64_t bytes) const;
-  /// Brings the per-chunk mapping counts up to date (Note [Tracking on the map path]).
-  void apply_unmap_log() const;
+  /// The entry of live chunk `h`, or k_no_entry.
+  [[nodiscard]] std::uint32_t entry_of(chunk_handle h) const;
 
   range_map ranges_;                               ///< reserved ranges by base
   range_map::iterator last_range_ = ranges_.end();  ///< the range a call used last
-  mutable std::unordered_map<std::uint64_t, std::uint64_t> chunks_;  ///< live handle -> addresses mapped at
-  mutable std::vector<std::uint64_t> unmap_log_;  ///< handles that lost a mapping, not yet in chunks_
+  slot_fn slot_of_;                                ///< handle -> entry, when handles carry it
+  std::vector<chunk_entry> entries_;               ///< the chunk table
+  std::vector<std::uint32_t> free_entries_;        ///< free entries (hash-indexed tables only)
+  std::unordered_map<std::uint64_t, std::uint32_t> index_;  ///< handle -> entry, without slot_of_
+  std::uint64_t live_chunks_ = 0;                  ///< live entries
   std::uint64_t mappings_ = 0;                     ///< chunk-sized mappings in all ranges
 };
 

@@ -8,6 +8,10 @@ namespace {
 
 constexpr std::uint64_t k_slot_mask = 0xffff'ffff;
 
+// A handle carries its slot (Note [Simulated chunk handles]): the address space's chunk table is
+// indexed by it.
+std::uint32_t slot_of(chunk_handle h) { return static_cast<std::uint32_t>((h.value & k_slot_mask) - 1); }
+
 std::string span_text(device_addr va, std::uint64_t bytes) {
   return fmt::format("[{:#x}, {:#x})", va, va + bytes);
 }
@@ -17,7 +21,8 @@ std::string span_text(device_addr va, std::uint64_t bytes) {
 sim_backend::sim_backend(std::uint64_t capacity_bytes, latency_model model, va_window window)
     : capacity_chunks_(capacity_bytes == k_unlimited ? k_unlimited : capacity_bytes / k_chunk_bytes),
       model_(std::move(model)),
-      window_(window) {
+      window_(window),
+      space_(&slot_of) {
   if (window.base % k_chunk_bytes != 0 || window.bytes % k_chunk_bytes != 0 || window.base == 0 ||
       window.bytes == 0 || window.bytes > std::numeric_limits<std::uint64_t>::max() - window.base) {
     throw std::invalid_argument(fmt::format(
@@ -120,9 +125,9 @@ std::optional<chunk_handle> sim_backend::do_create_chunk() {
 void sim_backend::do_release_chunk(chunk_handle h) {
   space_.check_release(h);
   space_.remove_chunk(h);
-  const std::uint64_t slot = (h.value & k_slot_mask) - 1;
+  const std::uint32_t slot = slot_of(h);
   ++generations_[slot];
-  free_slots_.push_back(static_cast<std::uint32_t>(slot));
+  free_slots_.push_back(slot);
   charge(vmm_call::release, cost(vmm_call::release));
 }
 

@@ -11,7 +11,7 @@
 # check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=$(cd "${1:?usage: $0 BIN_DIR OUT_DIR}" && pwd)
+bin=$(cd "${1:?usage: $0 BIN_DIR OUT_DIR}" && pwd) || { echo "gpu-check: no folder $1" >&2; exit 2; }
 out=${2:?usage: $0 BIN_DIR OUT_DIR}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
