@@ -50,6 +50,12 @@ bool async_mapper::done(std::uint64_t ticket) const {
   return completed_ >= ticket;
 }
 
+std::optional<std::size_t> async_mapper::idle_created() const {
+  std::lock_guard lock(mutex_);
+  if (completed_ < submitted_) return std::nullopt;
+  return created_.size();
+}
+
 std::uint64_t async_mapper::last_ticket() const {
   std::lock_guard lock(mutex_);
   return submitted_;
@@ -112,9 +118,7 @@ void async_mapper::run() {
     }
     {
       std::lock_guard lock(mutex_);
-      ++counters_.jobs;
       counters_.mapped_chunks += job.chunks();
-      counters_.created_chunks += created.size();
       counters_.worker_vmm_ns += charged;
       created_.insert(created_.end(), created.begin(), created.end());
       if (error && !error_) error_ = error;

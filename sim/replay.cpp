@@ -60,6 +60,7 @@ replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const
   }
   if (!rep.drained()) throw std::logic_error("replay ended with requests still in the replica");
   rep.close();
+  policy.settle();  // the worker's figures are final, and the check below sees a quiet state
   policy.check_invariants();
 
   replay_summary s;
@@ -115,28 +116,27 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   j["admitted_prompt_tokens"] = c.admitted_prompt_tokens;
   j["output_tokens"] = c.output_tokens;
   j["prefix_hit_tokens"] = c.hit_tokens;
-  j["prefix_hit_rate"] = c.prompt_tokens == 0 ? 0.0
-                                               : static_cast<double>(c.hit_tokens) / static_cast<double>(c.prompt_tokens);
+  j["prefix_hit_rate"] = prefix_hit_rate(c.hit_tokens, c.prompt_tokens);
   j["prefill_tokens"] = c.prefill_tokens;
   j["recomputed_tokens"] = c.recomputed_tokens;
-  j["peak_physical_bytes"] = s.peak.physical_bytes;
-  j["peak_mapped_bytes"] = s.peak.mapped_bytes;
-  j["peak_used_bytes"] = s.peak.used_bytes;
-  j["peak_cached_bytes"] = s.peak.cached_bytes;
+  j["peak_physical_bytes"] = s.peak.memory.physical_bytes;
+  j["peak_mapped_bytes"] = s.peak.memory.mapped_bytes;
+  j["peak_used_bytes"] = s.peak.memory.used_bytes;
+  j["peak_cached_bytes"] = s.peak.memory.cached_bytes;
   j["mean_physical_bytes"] = s.mean_physical_bytes;
   j["mean_mapped_bytes"] = s.mean_mapped_bytes;
   j["mean_used_bytes"] = s.mean_used_bytes;
   j["mean_internal_fragmentation"] = s.mean_internal_fragmentation;
   j["peak_internal_fragmentation"] = s.peak.internal_fragmentation;
   j["mean_sharing_saving"] = s.mean_sharing_saving;
-  j["final_physical_bytes"] = s.final_memory.physical_bytes;
-  j["final_cached_bytes"] = s.final_memory.cached_bytes;
+  j["final_physical_bytes"] = s.final_memory.memory.physical_bytes;
+  j["final_cached_bytes"] = s.final_memory.memory.cached_bytes;
   j["evictions"] = s.final_memory.evictions;
   j["cow_bytes"] = c.cow_bytes;
   j["vmm_calls"] = vmm_calls;
   j["vmm_time_us_by_call"] = vmm_time;
   j["vmm_time_us"] = static_cast<double>(s.final_memory.vmm.total_time_ns()) / 1000.0;
-  j["vmm_critical_time_us"] = static_cast<double>(c.vmm_critical_ns) / 1000.0;
+  j["vmm_critical_time_us"] = static_cast<double>(c.vmm_critical.count()) / 1000.0;
   j["ttft_ms"] = latency_json(s.ttft);
   j["tpot_ms"] = latency_json(s.tpot);
   j["e2e_ms"] = latency_json(s.e2e);

@@ -65,7 +65,7 @@ TEST_CASE("async lookahead: pages mapped by the worker, needed pages in place wh
   manager m(sim, config);
   REQUIRE(m.create(request_id{1}, run_of_blocks(0, 2, 16), 40).ok());
   for (int i = 0; i < 5000; ++i) {
-    REQUIRE(m.extend(request_id{1}, 1) == alloc_status::ok);
+    REQUIRE(m.extend(request_id{1}, 1).ok());
     if (i % 97 == 0) {
       // Every page holding tokens is mapped and accessible: the step never sees a missing page.
       const auto v = *m.view(request_id{1});
@@ -101,7 +101,7 @@ TEST_CASE("async lookahead: many requests, forks and preemptions keep every inva
       continue;
     }
     for (int k = 0; k < 30; ++k) {
-      if (m.extend(a, 3) != alloc_status::ok || m.extend(b, 2) != alloc_status::ok) break;
+      if (!m.extend(a, 3).ok() || !m.extend(b, 2).ok()) break;
     }
     m.finish(a);
     if (round % 3 == 0) {
@@ -128,7 +128,7 @@ TEST_CASE("create ahead: after warm-up a steady state creates no chunk") {
   for (std::uint64_t i = 0; i < 300; ++i) {
     REQUIRE(m.create(request_id{i}, {}, 1500).ok());
     if (i >= 2) {
-      REQUIRE(m.extend(request_id{i - 2}, 700) == alloc_status::ok);
+      REQUIRE(m.extend(request_id{i - 2}, 700).ok());
       m.finish(request_id{i - 2});
     }
     if (i == 50) {
@@ -140,5 +140,5 @@ TEST_CASE("create ahead: after warm-up a steady state creates no chunk") {
   const auto s = m.stats();
   CHECK(s.chunks_created_ahead > 0);
   CHECK(s.chunks_created == created_after_warmup);  // steady state: zero creates
-  CHECK(s.free_pool_bytes >= 64 * k_chunk_bytes);
+  CHECK(s.memory.free_pool_bytes >= 64 * k_chunk_bytes);
 }
