@@ -7,16 +7,6 @@
 
 namespace vtensor {
 
-std::string_view to_string(partial_page_policy p) {
-  return p == partial_page_policy::cow ? "cow" : "recompute";
-}
-
-std::optional<partial_page_policy> partial_page_policy_from_string(std::string_view name) {
-  if (name == "cow") return partial_page_policy::cow;
-  if (name == "recompute") return partial_page_policy::recompute;
-  return std::nullopt;
-}
-
 scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_config config,
                      std::unique_ptr<eviction_policy> eviction)
     : geometry_(std::move(geometry)),

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/enum_names.hpp"
 #include "core/kv_geometry.hpp"
 #include "core/memory_stats.hpp"
 #include "core/operations.hpp"
@@ -24,8 +25,13 @@ enum class partial_page_policy : std::uint8_t {
   cow,        ///< copy the valid bytes into a fresh page: the hit keeps every cached token
   recompute,  ///< reuse whole pages only: the partial page's tokens are computed again
 };
-[[nodiscard]] std::string_view to_string(partial_page_policy p);
-[[nodiscard]] std::optional<partial_page_policy> partial_page_policy_from_string(std::string_view name);
+/// The policies' names, as users type them.
+inline constexpr enum_names<partial_page_policy, 2> k_partial_page_policy_names{
+    {{{partial_page_policy::cow, "cow"}, {partial_page_policy::recompute, "recompute"}}}};
+[[nodiscard]] inline std::string_view to_string(partial_page_policy p) { return k_partial_page_policy_names.name(p); }
+[[nodiscard]] inline std::optional<partial_page_policy> partial_page_policy_from_string(std::string_view name) {
+  return k_partial_page_policy_names.parse(name);
+}
 
 /// Scheduler settings.
 struct scheduler_config {

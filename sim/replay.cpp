@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "backends/units.hpp"
+
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -184,8 +186,8 @@ std::uint64_t parse_byte_size(std::string_view text) {
     double factor;
   };
   constexpr std::array<suffix, 10> units{{{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-                                          {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                                          {"TiB", 1099511627776.0}}};
+                                          {"KiB", double(k_kib)}, {"MiB", double(k_mib)}, {"GiB", double(k_gib)},
+                                          {"TiB", double(k_gib * k_kib)}}};
   for (const auto& u : units) {
     if (u.name == unit) {
       const double bytes = value * u.factor;

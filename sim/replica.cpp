@@ -6,16 +6,6 @@
 
 namespace vtensor::sim {
 
-std::string_view to_string(over_context_policy p) {
-  return p == over_context_policy::reject ? "reject" : "truncate";
-}
-
-std::optional<over_context_policy> over_context_policy_from_string(std::string_view name) {
-  if (name == "reject") return over_context_policy::reject;
-  if (name == "truncate") return over_context_policy::truncate;
-  return std::nullopt;
-}
-
 /// A request inside the replica.
 struct replica::live_request {
   std::uint64_t id = 0;

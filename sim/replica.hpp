@@ -59,6 +59,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/enum_names.hpp"
 #include "sim/event_queue.hpp"
 #include "sim/kv_policy.hpp"
 #include "sim/metrics.hpp"
@@ -69,8 +70,13 @@ namespace vtensor::sim {
 
 /// What to do with a request longer than the context (Note [Requests longer than the context]).
 enum class over_context_policy : std::uint8_t { reject, truncate };
-[[nodiscard]] std::string_view to_string(over_context_policy p);
-[[nodiscard]] std::optional<over_context_policy> over_context_policy_from_string(std::string_view name);
+/// The policies' names, as users type them.
+inline constexpr enum_names<over_context_policy, 2> k_over_context_policy_names{
+    {{{over_context_policy::reject, "reject"}, {over_context_policy::truncate, "truncate"}}}};
+[[nodiscard]] inline std::string_view to_string(over_context_policy p) { return k_over_context_policy_names.name(p); }
+[[nodiscard]] inline std::optional<over_context_policy> over_context_policy_from_string(std::string_view name) {
+  return k_over_context_policy_names.parse(name);
+}
 
 /// Batching and cost settings of a replica.
 struct replica_config {
