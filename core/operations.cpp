@@ -244,7 +244,7 @@ vmm_counters operations::vmm_stats() const {
   return backend_.counters();
 }
 
-vmm_live operations::backend_live() const { return vmm([](const vmm_backend& b) { return b.live(); }); }
+
 
 void operations::drop_cache_and_trim() {
   auto pages = tree_.clear();
@@ -307,20 +307,24 @@ void operations::check_invariants() const {
 // counts are compared only when the worker is idle, read holding the backend lock (the worker
 // does all its driver calls under it): then every submitted job is in the backend, and the
 // chunks the worker created and nobody adopted yet are known. While a job is queued or running
-// the backend's mappings and chunks are in between and are not compared; a caller that wants the
-// full check settles first.
-void operations::check_backend() const {
+// the backend's mappings and chunks are in between and are not compared, and the backend lock
+// (which the worker holds for a whole job) is not even taken; a caller that wants the full check
+// settles first. Only the step thread submits jobs, and it is the one checking: a worker found
+// idle stays idle until the check is over.
+std::optional<operations::idle_backend> operations::backend_if_idle() const {
+  if (mapper_ && !mapper_->idle_created()) return std::nullopt;  // a job in flight: do not wait for the lock
   std::lock_guard lock(backend_mutex_);
-  std::size_t unadopted = 0;
-  if (mapper_) {
-    const auto idle = mapper_->idle_created();
-    if (!idle) return;
-    unadopted = *idle;
-  }
-  const vmm_live live = backend_.live();
-  if (live.chunks != pset_.live() + unadopted) {
+  const std::size_t unadopted = mapper_ ? mapper_->idle_created().value_or(0) : 0;
+  return idle_backend{backend_.live(), unadopted};
+}
+
+void operations::check_backend() const {
+  const auto idle = backend_if_idle();
+  if (!idle) return;
+  const vmm_live& live = idle->live;
+  if (live.chunks != pset_.live() + idle->unadopted_chunks) {
     fail(fmt::format("backend holds {} chunks, pSet {} and {} created ahead (created = free + in use)", live.chunks,
-                     pset_.live(), unadopted));
+                     pset_.live(), idle->unadopted_chunks));
   }
   if (live.mappings != vset_.size()) fail(fmt::format("backend holds {} mappings, vSet {}", live.mappings, vset_.size()));
 }

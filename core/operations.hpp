@@ -102,8 +102,14 @@ class operations {
   [[nodiscard]] async_counters async_stats() const;
   /// The backend's counters, read under the backend lock.
   [[nodiscard]] vmm_counters vmm_stats() const;
-  /// What the backend holds, read under the backend lock.
-  [[nodiscard]] vmm_live backend_live() const;
+  /// What the backend holds, and the chunks the worker created that nobody adopted yet.
+  struct idle_backend {
+    vmm_live live;                     ///< the backend's live counts
+    std::size_t unadopted_chunks = 0;  ///< created by the worker, not in the pSet yet
+  };
+  /// The backend's state when no worker job is queued or running; nullopt (without waiting)
+  /// otherwise (Note [Checking with jobs in flight]).
+  [[nodiscard]] std::optional<idle_backend> backend_if_idle() const;
   /// Unmaps the contiguous mappings `maps` (adjacent addresses, ascending) in one call; chunks left
   /// unreferenced go to the free pool.
   void unmap_run(std::span<mapping* const> maps);
