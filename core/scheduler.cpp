@@ -110,12 +110,11 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
 }
 
 // Note [Lookahead in runs]
-// The driver charges more for a map + set-access whose address is far from the previous call's:
-// single chunks 16 MiB apart cost 5% more than contiguous ones, 256 MiB apart 32% more, 1 GiB
-// apart 56%, while runs of 4 contiguous chunks 16 MiB apart cost no more than contiguous ones
-// (results/gpu/2026-12-02-h200-map-overhead-final.txt, address patterns). Growing a kv-split
-// request by one page maps one chunk in each tensor span, a span apart (16 MiB at an 8k context,
-// 256 MiB at 128k for Llama-3-8B): the dearest pattern. With lookahead_batch b, a request is
+// The driver charges more for a map + set-access whose address is far from the previous call's,
+// the more the farther, while short runs of contiguous chunks cost no more than contiguous
+// single chunks (figures and their run: results/README.md, "Figures behind the notes of core/
+// and sim/"). Growing a kv-split request by one page maps one chunk in each tensor span, a span
+// apart (16 MiB at an 8k context, 256 MiB at 128k for Llama-3-8B): the dearest pattern. With lookahead_batch b, a request is
 // topped up only once b pages are missing ahead (or the rest of its range is shorter), so each
 // top-up maps runs of b chunks per tensor. The mean lookahead held is then about k - b/2 pages
 // instead of k.

@@ -11,13 +11,12 @@
 namespace vtensor::sim {
 namespace {
 
-// Measured versus peak:
-// - H200 SXM: dense bf16 GEMM measured ~790 TFLOP/s (989 datasheet peak); HBM3e copy bandwidth
-//   measured ~4.3 TB/s (4.8 peak). Memory: 141 GB on the datasheet, 143,771 MiB reported by
-//   nvidia-smi, of which 71,313 chunks of 2 MiB could be created (the measurement behind
-//   backend_config's default capacity): that figure is used.
-// - A100-80GB SXM: ~280 TFLOP/s is a realistic dense bf16 GEMM rate (312 peak); ~1.9 TB/s
-//   realistic bandwidth (2.0 peak, 2,039 GB/s). Not measured here. Memory: 81,920 MiB reported.
+// Note [GPU ceilings]
+// The step cost uses measured ceilings, not datasheet peaks (Note [Roofline step cost]), and the
+// memory a process could actually fill with 2 MiB chunks (the figure behind backend_config's
+// default capacity), not the datasheet's. The A100 row is a realistic rate below its peak, not a
+// measurement of ours. The figures, with peaks beside them: results/README.md, "Figures behind
+// the notes of core/ and sim/".
 const std::array<gpu_preset, 2> k_gpus{{
     {"h200", 790e12, 4.3e12, std::uint64_t{71'313} * 2 * k_mib},
     {"a100-80gb", 280e12, 1.9e12, std::uint64_t{81'920} * k_mib},

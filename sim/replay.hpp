@@ -62,7 +62,7 @@ struct replay_summary {
 [[nodiscard]] replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const replay_config& config,
                                         std::span<replica_observer* const> observers = {});
 
-/// The summary with stable keys (../shared/DESIGN.md "Outputs"): requests, completed, rejected,
+/// The summary with stable keys (docs/simulator.md, "Outputs"): requests, completed, rejected,
 /// preemptions, prompt_tokens, output_tokens, prefix_hit_rate, peak_physical_bytes,
 /// peak_mapped_bytes, mean_internal_fragmentation, peak_internal_fragmentation,
 /// mean_sharing_saving, cow_bytes, vmm_calls, vmm_time_us, ttft_ms, tpot_ms, e2e_ms,

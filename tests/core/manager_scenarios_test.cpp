@@ -1,4 +1,4 @@
-// Scenarios of ../shared/DESIGN.md on the simulated device: conversation turns reusing a prefix,
+// Scenarios of docs/architecture.md on the simulated device: conversation turns reusing a prefix,
 // a prefix forked into concurrent requests, long extension with a fixed pointer, and running out
 // of memory with and without cached prefixes.
 
