@@ -124,8 +124,6 @@ class scheduler {
   [[nodiscard]] const vtensor_record* find(request_id id) const;
   [[nodiscard]] vtensor_view view(const vtensor_record& r) const;
   [[nodiscard]] std::size_t live_requests() const { return live_.size(); }
-  /// Bytes of KV held in live requests' own (unshared) pages.
-  [[nodiscard]] std::uint64_t own_valid_bytes() const { return own_valid_bytes_; }
   /// Sum over live requests of tokens x bytes per token.
   [[nodiscard]] std::uint64_t logical_bytes() const { return logical_tokens_ * geometry_.bytes_per_token(); }
   [[nodiscard]] const scheduler_counters& counters() const { return counters_; }
