@@ -6,11 +6,11 @@
 namespace vtensor {
 
 // Note [One set-access per chunk]
-// cuMemSetAccess may span many mappings, and costs per mapping whatever its span (calibration
-// README). Measured on the H200 (results/gpu/2026-12-02-h200-map-overhead-2.txt), one call over
-// a run of 4 freshly mapped chunks costs more than 4 calls of one chunk each: the manager's calls
-// replayed with runs were 7-9% dearer than a map + set-access per chunk, which cost the same as
-// the raw loop. So every chunk gets its set-access right after its map.
+// cuMemSetAccess may span many mappings, and costs per mapping whatever its span. On the GPU one
+// call over a run of freshly mapped chunks measured dearer than one call per chunk, and a map +
+// set-access per chunk cost no more than the raw driver loop (figures and their run: results/
+// README.md, "Figures behind the notes of core/ and sim/"). So every chunk gets its set-access
+// right after its map.
 void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
   const std::uint64_t chunk = backend.chunk_bytes();
   std::size_t done = 0;
@@ -48,6 +48,12 @@ std::uint64_t async_mapper::submit(mapping_job job) {
 bool async_mapper::done(std::uint64_t ticket) const {
   std::lock_guard lock(mutex_);
   return completed_ >= ticket;
+}
+
+std::optional<std::size_t> async_mapper::idle_created() const {
+  std::lock_guard lock(mutex_);
+  if (completed_ < submitted_) return std::nullopt;
+  return created_.size();
 }
 
 std::uint64_t async_mapper::last_ticket() const {
@@ -112,9 +118,7 @@ void async_mapper::run() {
     }
     {
       std::lock_guard lock(mutex_);
-      ++counters_.jobs;
       counters_.mapped_chunks += job.chunks();
-      counters_.created_chunks += created.size();
       counters_.worker_vmm_ns += charged;
       created_.insert(created_.end(), created.begin(), created.end());
       if (error && !error_) error_ = error;

@@ -2,7 +2,7 @@
 /// The asynchronous mapping worker: one background thread that issues lookahead mappings (map +
 /// set-access) and creates chunks ahead of need, so that a decode step only waits when a mapping
 /// it needs is not done yet. One thread, because the driver serialises VMM calls: more threads do
-/// not map faster (results/README.md).
+/// not map faster (backends/calibration/README.md).
 ///
 /// Note [Deferred mappings]: the pool's bookkeeping (vSet, pSet) is done by the caller when it
 /// submits a job, as if the mapping were in place; only the driver calls are deferred. Whoever
@@ -15,6 +15,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -45,9 +46,7 @@ void run_mapping_job(vmm_backend& backend, const mapping_job& job);
 
 /// What the worker did and what callers waited.
 struct async_counters {
-  std::uint64_t jobs = 0;              ///< jobs run
   std::uint64_t mapped_chunks = 0;     ///< chunks mapped by the worker
-  std::uint64_t created_chunks = 0;    ///< chunks created ahead by the worker
   std::uint64_t worker_vmm_ns = 0;     ///< backend time charged by the worker's calls (off the step)
   std::uint64_t waits = 0;             ///< waits that found their job not done
   std::uint64_t wait_ns = 0;           ///< wall time spent in those waits
@@ -70,6 +69,9 @@ class async_mapper {
   void drain() { wait(last_ticket(), false); }
   /// Whether job `ticket` is done.
   [[nodiscard]] bool done(std::uint64_t ticket) const;
+  /// Chunks created but not taken yet, when every job submitted is done; nullopt while a job is
+  /// queued or running. Called holding the backend lock, it describes the backend's state.
+  [[nodiscard]] std::optional<std::size_t> idle_created() const;
   /// The last ticket handed out.
   [[nodiscard]] std::uint64_t last_ticket() const;
   /// Chunks the worker created ahead, handed over once (the caller adopts them).

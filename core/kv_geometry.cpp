@@ -7,47 +7,6 @@
 
 namespace vtensor {
 
-namespace {
-
-// Published configurations (config.json of each model); bf16 KV.
-const std::array<model_spec, 4> k_presets{{
-    {"llama-3-8b", 32, 8, 128, 2},
-    {"yi-6b", 32, 4, 128, 2},
-    {"yi-34b", 60, 8, 128, 2},
-    {"llama-3-70b", 80, 8, 128, 2},
-}};
-
-}  // namespace
-
-std::optional<model_spec> model_preset(std::string_view name) {
-  for (const auto& m : k_presets) {
-    if (m.name == name) return m;
-  }
-  return std::nullopt;
-}
-
-std::vector<std::string> model_preset_names() {
-  std::vector<std::string> names;
-  for (const auto& m : k_presets) names.push_back(m.name);
-  return names;
-}
-
-std::string_view to_string(kv_layout layout) {
-  switch (layout) {
-    case kv_layout::kv_split: return "kv-split";
-    case kv_layout::kv_fused: return "kv-fused";
-    case kv_layout::token_major: return "token-major";
-  }
-  return "?";
-}
-
-std::optional<kv_layout> kv_layout_from_string(std::string_view name) {
-  for (auto l : {kv_layout::kv_split, kv_layout::kv_fused, kv_layout::token_major}) {
-    if (to_string(l) == name) return l;
-  }
-  return std::nullopt;
-}
-
 kv_geometry::kv_geometry(model_spec model, kv_layout layout, std::uint64_t chunk_bytes)
     : model_(std::move(model)), layout_(layout), chunk_bytes_(chunk_bytes) {
   if (model_.layers == 0 || model_.kv_heads == 0 || model_.head_dim == 0 || model_.dtype_bytes == 0) {

@@ -11,27 +11,12 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/enum_names.hpp"
+#include "backends/units.hpp"
 #include "backends/vmm_backend.hpp"
+#include "core/model_presets.hpp"
 
 namespace vtensor {
-
-/// A transformer's KV shape. Tensor parallelism divides kv heads before it reaches here.
-struct model_spec {
-  std::string name;              ///< preset name, e.g. "llama-3-8b"
-  std::uint32_t layers = 0;      ///< transformer layers
-  std::uint32_t kv_heads = 0;    ///< KV heads held by this GPU
-  std::uint32_t head_dim = 0;    ///< elements per head
-  std::uint32_t dtype_bytes = 2; ///< bytes per element (2 for bf16)
-  /// Bytes of K and V for one token over all layers.
-  [[nodiscard]] std::uint64_t kv_bytes_per_token() const {
-    return std::uint64_t{2} * layers * kv_heads * head_dim * dtype_bytes;
-  }
-};
-
-/// The model presets known by name ("llama-3-8b", "yi-6b", "yi-34b", "llama-3-70b").
-[[nodiscard]] std::optional<model_spec> model_preset(std::string_view name);
-/// Names of the presets, for messages.
-[[nodiscard]] std::vector<std::string> model_preset_names();
 
 /// How a request's KV is split into vTensor tensors.
 enum class kv_layout : std::uint8_t {
@@ -39,8 +24,13 @@ enum class kv_layout : std::uint8_t {
   kv_fused,     ///< per layer, K and V together: layers tensors, [token][K|V][head][dim]
   token_major,  ///< one tensor, [token][layer][K|V][head][dim]
 };
-[[nodiscard]] std::string_view to_string(kv_layout layout);
-[[nodiscard]] std::optional<kv_layout> kv_layout_from_string(std::string_view name);
+/// The layouts' names, as users type them.
+inline constexpr enum_names<kv_layout, 3> k_kv_layout_names{
+    {{{kv_layout::kv_split, "kv-split"}, {kv_layout::kv_fused, "kv-fused"}, {kv_layout::token_major, "token-major"}}}};
+[[nodiscard]] inline std::string_view to_string(kv_layout layout) { return k_kv_layout_names.name(layout); }
+[[nodiscard]] inline std::optional<kv_layout> kv_layout_from_string(std::string_view name) {
+  return k_kv_layout_names.parse(name);
+}
 
 /// Where layer l's K and V live inside a vTensor: byte offsets from the vTensor base and the
 /// stride between consecutive tokens.
@@ -69,7 +59,7 @@ class kv_geometry {
   [[nodiscard]] std::uint64_t tokens_per_chunk() const { return chunk_bytes_ / token_bytes_; }
   /// Pages (chunks per tensor) needed to hold `tokens` tokens.
   [[nodiscard]] std::uint64_t pages_for_tokens(std::uint64_t tokens) const {
-    return (tokens * token_bytes_ + chunk_bytes_ - 1) / chunk_bytes_;
+    return ceil_div(tokens * token_bytes_, chunk_bytes_);
   }
   /// Virtual bytes of one tensor able to hold `max_tokens`, rounded up to whole chunks.
   [[nodiscard]] std::uint64_t tensor_span_bytes(std::uint64_t max_tokens) const {

@@ -17,7 +17,10 @@ manager::~manager() {
   }
 }
 
-void manager::after_op() {
+// In a build with expensive checks every operation is followed by the whole invariant walk. It
+// does not settle first: it must not change what the worker does (Note [Checking with jobs in
+// flight] in operations.cpp).
+void manager::after_op() const {
 #ifdef VTENSOR_EXPENSIVE_CHECKS
   scheduler_.check_invariants();
 #endif
@@ -31,7 +34,7 @@ create_result manager::create(request_id id, std::span<const token_block> blocks
   return r;
 }
 
-alloc_status manager::extend(request_id id, std::uint64_t tokens) {
+extend_result manager::extend(request_id id, std::uint64_t tokens) {
   std::lock_guard lock(mutex_);
   auto r = scheduler_.extend(id, tokens);
   after_op();
@@ -45,16 +48,18 @@ create_result manager::fork(request_id parent, request_id child) {
   return r;
 }
 
-void manager::finish(request_id id, std::span<const token_block> extra_blocks) {
+op_effects manager::finish(request_id id, std::span<const token_block> extra_blocks) {
   std::lock_guard lock(mutex_);
-  scheduler_.finish(id, extra_blocks);
+  const op_effects fx = scheduler_.finish(id, extra_blocks);
   after_op();
+  return fx;
 }
 
-void manager::preempt(request_id id) {
+op_effects manager::preempt(request_id id) {
   std::lock_guard lock(mutex_);
-  scheduler_.preempt(id);
+  const op_effects fx = scheduler_.preempt(id);
   after_op();
+  return fx;
 }
 
 std::optional<vtensor_view> manager::view(request_id id) const {
@@ -77,14 +82,8 @@ layer_addressing manager::layer(request_id id, std::uint32_t layer) const {
 manager_stats manager::stats() const {
   std::lock_guard lock(mutex_);
   const operations& ops = scheduler_.ops();
-  const std::uint64_t chunk = geometry_.chunk_bytes();
   manager_stats s;
-  s.physical_bytes = ops.chunks().live() * chunk;
-  s.mapped_bytes = ops.mapped_chunks() * chunk;
-  s.used_bytes = scheduler_.own_valid_bytes() + ops.shared_chunks() * chunk;
-  s.free_pool_bytes = ops.chunks().free_count() * chunk;
-  s.cached_bytes = s.physical_bytes - s.mapped_bytes - s.free_pool_bytes;
-  s.logical_bytes = scheduler_.logical_bytes();
+  s.memory = scheduler_.memory();
   s.live_requests = scheduler_.live_requests();
   const scheduler_counters& sc = scheduler_.counters();
   s.prompt_tokens = sc.prompt_tokens;
@@ -109,7 +108,7 @@ manager_stats manager::stats() const {
 
 std::size_t manager::trim() {
   std::lock_guard lock(mutex_);
-  return scheduler_.ops().trim();
+  return scheduler_.trim();
 }
 
 void manager::shutdown() {
@@ -117,14 +116,19 @@ void manager::shutdown() {
   scheduler_.shutdown();
 }
 
-void manager::check_invariants() {
+void manager::settle() {
+  std::lock_guard lock(mutex_);
+  scheduler_.settle();
+}
+
+void manager::check_invariants() const {
   std::lock_guard lock(mutex_);
   scheduler_.check_invariants();
 }
 
 void manager::set_device_copy(device_copy_fn fn) {
   std::lock_guard lock(mutex_);
-  scheduler_.ops().set_device_copy(std::move(fn));
+  scheduler_.set_device_copy(std::move(fn));
 }
 
 }  // namespace vtensor

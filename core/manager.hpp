@@ -1,6 +1,7 @@
 #pragma once
-/// VTM, the vTensor manager: the public API. Request ids in, device pointers out, a stats
-/// snapshot, and the invariant check. Every method is safe to call from several threads (one
+/// VTM, the vTensor manager: the public API. Request ids in, device pointers out (with what
+/// each call did: Note [Effects of a call] in scheduler.cpp), a stats snapshot, and the
+/// invariant check. Every method is safe to call from several threads (one
 /// mutex serialises them, as the driver serialises VMM calls anyway).
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "backends/vmm_backend.hpp"
 #include "core/kv_geometry.hpp"
+#include "core/memory_stats.hpp"
 #include "core/scheduler.hpp"
 #include "core/vtensor.hpp"
 
@@ -26,12 +28,7 @@ struct manager_config {
 
 /// A consistent snapshot of memory and activity. Definitions: docs/metrics.md.
 struct manager_stats {
-  std::uint64_t physical_bytes = 0;   ///< chunks created and not released
-  std::uint64_t mapped_bytes = 0;     ///< chunks mapped at least once
-  std::uint64_t used_bytes = 0;       ///< bytes holding valid KV in mapped chunks, shared ones once
-  std::uint64_t cached_bytes = 0;     ///< chunks held only by the prefix cache
-  std::uint64_t free_pool_bytes = 0;  ///< chunks in the free pool
-  std::uint64_t logical_bytes = 0;    ///< sum over live requests of tokens x bytes per token
+  memory_stats memory;                ///< bytes held, mapped, used, cached, idle, logical
   std::uint64_t live_requests = 0;    ///< requests created and not finished or preempted
   std::uint64_t prompt_tokens = 0;    ///< prompt tokens of created requests
   std::uint64_t prefix_hit_tokens = 0;  ///< of which served from the prefix cache
@@ -50,23 +47,8 @@ struct manager_stats {
   std::uint64_t mapping_waits = 0;    ///< extends that waited for a worker mapping
   std::uint64_t mapping_wait_ns = 0;  ///< wall time of those waits
 
-  /// 1 - used / mapped (0 when nothing is mapped).
-  [[nodiscard]] double internal_fragmentation() const {
-    return mapped_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(used_bytes) / static_cast<double>(mapped_bytes);
-  }
-  /// (physical - mapped) / physical.
-  [[nodiscard]] double pool_idle() const {
-    return physical_bytes == 0 ? 0.0
-                               : static_cast<double>(physical_bytes - mapped_bytes) / static_cast<double>(physical_bytes);
-  }
-  /// 1 - used / logical: memory saved by sharing prefixes.
-  [[nodiscard]] double sharing_saving() const {
-    return logical_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(used_bytes) / static_cast<double>(logical_bytes);
-  }
   /// prefix hit tokens / prompt tokens.
-  [[nodiscard]] double prefix_hit_rate() const {
-    return prompt_tokens == 0 ? 0.0 : static_cast<double>(prefix_hit_tokens) / static_cast<double>(prompt_tokens);
-  }
+  [[nodiscard]] double prefix_hit_rate() const { return vtensor::prefix_hit_rate(prefix_hit_tokens, prompt_tokens); }
 };
 
 /// The manager. Does not own the backend, which must outlive it.
@@ -86,14 +68,15 @@ class manager {
   /// on a driver failure (nothing is left behind).
   create_result create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
                        std::uint64_t max_tokens = 0);
-  /// Grows request `id` by `tokens`; the pointer never moves.
-  [[nodiscard]] alloc_status extend(request_id id, std::uint64_t tokens);
+  /// Grows request `id` by `tokens`; the pointer never moves. On needs_preemption nothing
+  /// changed (but cached prefixes may have been evicted).
+  extend_result extend(request_id id, std::uint64_t tokens);
   /// Forks live request `parent` into new request `child` sharing its whole pages.
   create_result fork(request_id parent, request_id child);
   /// Ends request `id`: its prefix is recorded for reuse, its memory returns to the pool.
-  void finish(request_id id, std::span<const token_block> extra_blocks = {});
+  op_effects finish(request_id id, std::span<const token_block> extra_blocks = {});
   /// Drops request `id` to free memory.
-  void preempt(request_id id);
+  op_effects preempt(request_id id);
 
   /// Pointers and sizes of a live request, or nullopt.
   [[nodiscard]] std::optional<vtensor_view> view(request_id id) const;
@@ -106,16 +89,20 @@ class manager {
   /// Drops all live requests and the prefix cache and releases everything to the driver. The
   /// manager stays usable.
   void shutdown();
-  /// Waits for the mapping worker, then checks every invariant of docs/invariants.md; throws
-  /// std::logic_error naming the first broken.
-  void check_invariants();
+  /// Waits for the mapping worker's jobs and takes in the chunks it created (see
+  /// scheduler::settle()). Call it before a check or a reading that must see a quiet state.
+  void settle();
+  /// Checks every invariant of docs/invariants.md; throws std::logic_error naming the first
+  /// broken. Only reads: jobs of the mapping worker in flight are not waited for, and what they
+  /// leave undecided is not compared (Note [Checking with jobs in flight] in operations.cpp).
+  void check_invariants() const;
 
   [[nodiscard]] const kv_geometry& geometry() const { return geometry_; }
   /// Installs the device copy for copy-on-write (GPU backends).
   void set_device_copy(device_copy_fn fn);
 
  private:
-  void after_op();
+  void after_op() const;
 
   kv_geometry geometry_;
   mutable std::mutex mutex_;

@@ -88,7 +88,6 @@ bool operations::evict_one() {
   auto pages = tree_.evict_one();
   if (!pages) return false;
   ++counters_.evicted_nodes;
-  counters_.evicted_pages += pages->size();
   drop_pages(*pages);
   return true;
 }
@@ -97,7 +96,6 @@ device_addr operations::alloc_range() {
   if (!range_cache_.empty()) {
     device_addr base = range_cache_.back();
     range_cache_.pop_back();
-    ++counters_.range_hits;
     return base;
   }
   return vmm([&](vmm_backend& b) { return b.reserve(vtensor_bytes_); });
@@ -221,8 +219,6 @@ void operations::drain() const {
   if (mapper_) mapper_->drain();
 }
 
-bool operations::job_pending(std::uint64_t ticket) const { return mapper_ && ticket != 0 && !mapper_->done(ticket); }
-
 void operations::adopt_created() {
   if (!mapper_) return;
   for (chunk_handle h : mapper_->take_created()) {
@@ -248,14 +244,19 @@ vmm_counters operations::vmm_stats() const {
   return backend_.counters();
 }
 
+
+
 void operations::drop_cache_and_trim() {
   auto pages = tree_.clear();
   drop_pages(pages);
   trim();
 }
 
+namespace {
+[[noreturn]] void fail(const std::string& why) { throw std::logic_error("pool invariant: " + why); }
+}  // namespace
+
 void operations::check_invariants() const {
-  auto fail = [](const std::string& why) { throw std::logic_error("pool invariant: " + why); };
   tree_.check_invariants();
   std::unordered_map<std::uint32_t, std::uint32_t> tree_refs;
   tree_.for_each_page([&](const radix_node&, const page_version& v) {
@@ -296,9 +297,34 @@ void operations::check_invariants() const {
   if (mapped != mapped_chunks_) fail(fmt::format("{} chunks mapped, {} counted", mapped, mapped_chunks_));
   if (shared != shared_chunks_) fail(fmt::format("{} chunks shared, {} counted", shared, shared_chunks_));
   if (mappings != vset_.size()) fail(fmt::format("{} chunk mappings, {} in vSet", mappings, vset_.size()));
-  const vmm_live live = vmm([](vmm_backend& b) { return b.live(); });
-  if (live.chunks != pset_.live()) {
-    fail(fmt::format("backend holds {} chunks, pSet {} (created = free + in use)", live.chunks, pset_.live()));
+  check_backend();
+}
+
+// Note [Checking with jobs in flight]
+// check_invariants() only reads, so that checking (after every operation in a dev build, after
+// every step of a test replay) does not change what the worker does or when. The pool's own
+// records (pSet, vSet, rTree) belong to the step thread and are checked whole. The backend's
+// counts are compared only when the worker is idle, read holding the backend lock (the worker
+// does all its driver calls under it): then every submitted job is in the backend, and the
+// chunks the worker created and nobody adopted yet are known. While a job is queued or running
+// the backend's mappings and chunks are in between and are not compared, and the backend lock
+// (which the worker holds for a whole job) is not even taken; a caller that wants the full check
+// settles first. Only the step thread submits jobs, and it is the one checking: a worker found
+// idle stays idle until the check is over.
+std::optional<operations::idle_backend> operations::backend_if_idle() const {
+  if (mapper_ && !mapper_->idle_created()) return std::nullopt;  // a job in flight: do not wait for the lock
+  std::lock_guard lock(backend_mutex_);
+  const std::size_t unadopted = mapper_ ? mapper_->idle_created().value_or(0) : 0;
+  return idle_backend{backend_.live(), unadopted};
+}
+
+void operations::check_backend() const {
+  const auto idle = backend_if_idle();
+  if (!idle) return;
+  const vmm_live& live = idle->live;
+  if (live.chunks != pset_.live() + idle->unadopted_chunks) {
+    fail(fmt::format("backend holds {} chunks, pSet {} and {} created ahead (created = free + in use)", live.chunks,
+                     pset_.live(), idle->unadopted_chunks));
   }
   if (live.mappings != vset_.size()) fail(fmt::format("backend holds {} mappings, vSet {}", live.mappings, vset_.size()));
 }

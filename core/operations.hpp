@@ -31,10 +31,8 @@ using device_copy_fn = std::function<void(device_addr dst, device_addr src, std:
 struct operation_counters {
   std::uint64_t cow_bytes = 0;       ///< bytes copied by copy-on-write
   std::uint64_t evicted_nodes = 0;   ///< rTree leaves evicted
-  std::uint64_t evicted_pages = 0;   ///< page versions dropped by eviction
   std::uint64_t pool_hits = 0;       ///< chunks taken from the free pool
   std::uint64_t chunks_created = 0;  ///< chunks created through the backend
-  std::uint64_t range_hits = 0;      ///< vTensor ranges reused from the range cache
   std::uint64_t created_ahead = 0;   ///< of the chunks created, those the worker created ahead of need
 };
 
@@ -92,8 +90,6 @@ class operations {
   std::uint64_t submit(mapping_job job);
   /// Waits for ticket `ticket` (0: nothing); `step_wait` counts it as a step waiting for a mapping.
   void wait(std::uint64_t ticket, bool step_wait);
-  /// Whether job `ticket` may still be running.
-  [[nodiscard]] bool job_pending(std::uint64_t ticket) const;
   /// Waits for all deferred work.
   void drain() const;
   /// Waits for all deferred work and adopts the chunks the worker created into the free pool.
@@ -106,6 +102,14 @@ class operations {
   [[nodiscard]] async_counters async_stats() const;
   /// The backend's counters, read under the backend lock.
   [[nodiscard]] vmm_counters vmm_stats() const;
+  /// What the backend holds, and the chunks the worker created that nobody adopted yet.
+  struct idle_backend {
+    vmm_live live;                     ///< the backend's live counts
+    std::size_t unadopted_chunks = 0;  ///< created by the worker, not in the pSet yet
+  };
+  /// The backend's state when no worker job is queued or running; nullopt (without waiting)
+  /// otherwise (Note [Checking with jobs in flight]).
+  [[nodiscard]] std::optional<idle_backend> backend_if_idle() const;
   /// Unmaps the contiguous mappings `maps` (adjacent addresses, ascending) in one call; chunks left
   /// unreferenced go to the free pool.
   void unmap_run(std::span<mapping* const> maps);
@@ -136,8 +140,6 @@ class operations {
   // --- state ---
   [[nodiscard]] const pset& chunks() const { return pset_; }
   [[nodiscard]] const vset& mappings() const { return vset_; }
-  [[nodiscard]] vmm_backend& backend() { return backend_; }
-  [[nodiscard]] const vmm_backend& backend() const { return backend_; }
   [[nodiscard]] const operation_counters& counters() const { return counters_; }
   /// Chunks mapped at least once.
   [[nodiscard]] std::uint64_t mapped_chunks() const { return mapped_chunks_; }
@@ -147,12 +149,14 @@ class operations {
   [[nodiscard]] std::size_t cached_ranges() const { return range_cache_.size(); }
   [[nodiscard]] bool has_scratch() const { return scratch_ != 0; }
   /// Checks pSet and vSet against each other, the tree and the backend; throws std::logic_error.
+  /// Waits for nothing (Note [Checking with jobs in flight]).
   void check_invariants() const;
 
  private:
   void drop_pages(std::vector<page_version>& pages);
   mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared);
   void adopt_created();
+  void check_backend() const;
   /// Runs `f(backend)` holding the backend lock (the worker calls the backend too).
   template <class F>
   decltype(auto) vmm(F&& f) const {

@@ -7,16 +7,6 @@
 
 namespace vtensor {
 
-std::string_view to_string(partial_page_policy p) {
-  return p == partial_page_policy::cow ? "cow" : "recompute";
-}
-
-std::optional<partial_page_policy> partial_page_policy_from_string(std::string_view name) {
-  if (name == "cow") return partial_page_policy::cow;
-  if (name == "recompute") return partial_page_policy::recompute;
-  return std::nullopt;
-}
-
 scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_config config,
                      std::unique_ptr<eviction_policy> eviction)
     : geometry_(std::move(geometry)),
@@ -29,7 +19,7 @@ scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_confi
     throw std::invalid_argument(fmt::format("scheduler: lookahead batch {} must be between 1 and the lookahead ({})",
                                             config_.lookahead_batch, config_.lookahead_pages));
   }
-  if (config_.async_lookahead || config_.create_ahead_chunks > 0) ops_.enable_async();
+  if (config_.runs_worker()) ops_.enable_async();
 }
 
 scheduler::~scheduler() { ops_.untrack_all(); }  // live records unlink before they are destroyed
@@ -85,7 +75,7 @@ std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64
 // (Note [One set-access per chunk]): at once, or on the worker when `deferred` (Note [Deferred
 // mappings]). Strong guarantee: on a failure nothing of it stays mapped or recorded.
 void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count,
-                          bool deferred) {
+                          bool deferred, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
   const std::uint64_t chunk = geometry_.chunk_bytes();
   const std::uint32_t first = r.mapped_pages;
@@ -103,6 +93,8 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
   }
   if (deferred) {
     r.ticket = ops_.submit(std::move(job));
+    fx.worker_pages += pages;
+    fx.worker_job = r.ticket;
   } else {
     try {
       ops_.run_now(job);
@@ -112,31 +104,31 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
       throw;
     }
     if (r.ready_pages == first) r.ready_pages = first + pages;
+    fx.step_pages += pages;
   }
   r.mapped_pages = first + pages;
 }
 
 // Note [Lookahead in runs]
-// The driver charges more for a map + set-access whose address is far from the previous call's:
-// single chunks 16 MiB apart cost 5% more than contiguous ones, 256 MiB apart 32% more, 1 GiB
-// apart 56%, while runs of 4 contiguous chunks 16 MiB apart cost no more than contiguous ones
-// (results/gpu/2026-12-02-h200-map-overhead-final.txt, address patterns). Growing a kv-split
-// request by one page maps one chunk in each tensor span, a span apart (16 MiB at an 8k context,
-// 256 MiB at 128k for Llama-3-8B): the dearest pattern. With lookahead_batch b, a request is
+// The driver charges more for a map + set-access whose address is far from the previous call's,
+// the more the farther, while short runs of contiguous chunks cost no more than contiguous
+// single chunks (figures and their run: results/README.md, "Figures behind the notes of core/
+// and sim/"). Growing a kv-split request by one page maps one chunk in each tensor span, a span
+// apart (16 MiB at an 8k context, 256 MiB at 128k for Llama-3-8B): the dearest pattern. With lookahead_batch b, a request is
 // topped up only once b pages are missing ahead (or the rest of its range is shorter), so each
 // top-up maps runs of b chunks per tensor. The mean lookahead held is then about k - b/2 pages
 // instead of k.
 
 // Keeps up to `lookahead_pages` pages mapped past the `needed` ones, best effort (no eviction for
 // speculation), in runs of `lookahead_batch` pages; through the worker when asynchronous.
-void scheduler::top_up(vtensor_record& r, std::uint32_t needed) {
+void scheduler::top_up(vtensor_record& r, std::uint32_t needed, op_effects& fx) {
   const std::uint32_t target = lookahead_target(r, needed);
   if (r.mapped_pages >= target) return;
   if (target - r.mapped_pages < config_.lookahead_batch && target < max_pages(r)) return;
   std::vector<chunk_id> chunks;
-  alloc_ahead(target - r.mapped_pages, chunks);
+  alloc_ahead(target - r.mapped_pages, chunks, fx);
   try {
-    map_pages(r, chunks, 0, ops_.async());
+    map_pages(r, chunks, 0, ops_.async(), fx);
   } catch (...) {
     for (chunk_id c : chunks) ops_.unuse(c);
     throw;
@@ -147,16 +139,25 @@ std::uint32_t scheduler::lookahead_target(const vtensor_record& r, std::uint32_t
   return std::min(needed + config_.lookahead_pages, std::max(needed, max_pages(r)));
 }
 
-void scheduler::alloc_ahead(std::uint32_t pages, std::vector<chunk_id>& chunks) {
+void scheduler::alloc_ahead(std::uint32_t pages, std::vector<chunk_id>& chunks, op_effects& fx) {
   for (std::uint32_t i = 0; i < pages; ++i) {
     if (!ops_.alloc_chunks(geometry_.tensors(), false, chunks)) {
-      counters_.lookahead_misses += pages - i;
+      fx.lookahead_misses += pages - i;
       return;
     }
   }
 }
 
-void scheduler::unmap_all(vtensor_record& r) {
+void scheduler::pool_effects(const operation_counters& before, op_effects& fx) const {
+  const operation_counters& now = ops_.counters();
+  // The worker's chunks are counted in chunks_created when adopted: not this thread's creates.
+  fx.chunks_created = (now.chunks_created - now.created_ahead) - (before.chunks_created - before.created_ahead);
+  fx.pool_chunks = now.pool_hits - before.pool_hits;
+  fx.evicted_nodes = now.evicted_nodes - before.evicted_nodes;
+}
+
+std::uint64_t scheduler::unmap_all(vtensor_record& r) {
+  const std::uint64_t waited = r.ticket;
   ops_.wait(r.ticket, false);  // deferred mappings must be in place before they are undone
   r.ticket = 0;
   const std::uint32_t tensors = geometry_.tensors();
@@ -168,12 +169,13 @@ void scheduler::unmap_all(vtensor_record& r) {
   r.maps.clear();
   r.mapped_pages = 0;
   r.ready_pages = 0;
+  return waited;
 }
 
 // Undoes a create or fork that failed after taking memory: unpins, returns the chunks that were
 // not mapped, and the range.
 void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
-  unmap_all(r);
+  (void)unmap_all(r);
   for (chunk_id c : chunks) ops_.unuse(c);
   if (r.base != 0) {
     ops_.untrack(r);
@@ -189,7 +191,7 @@ void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
 // tensor) into page `shared`. False when out of memory: then nothing is held. A driver failure
 // undoes everything and rethrows.
 bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
-                      std::span<const chunk_id> partial_src, std::uint64_t partial_bytes) {
+                      std::span<const chunk_id> partial_src, std::uint64_t partial_bytes, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
   if (!ops_.alloc_chunks(std::size_t{needed - shared} * tensors, true, chunks)) {
     discard(rec, {});
@@ -198,17 +200,17 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
   }
   // Lookahead pages join the same mapping run, or go to the worker when asynchronous.
   const std::size_t required = chunks.size();
-  alloc_ahead(lookahead_target(rec, needed) - needed, chunks);
+  alloc_ahead(lookahead_target(rec, needed) - needed, chunks, fx);
   const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
   const std::span<const chunk_id> now(chunks.begin(), ops_.async() ? required : chunks.size());
   try {
     rec.base = ops_.alloc_range();
     ops_.track(rec);
-    map_pages(rec, now, shared, false);
+    map_pages(rec, now, shared, false, fx);
     for (std::uint32_t t = 0; t < tensors && partial_bytes > 0; ++t) {
       ops_.copy_prefix(rec.page_addr(t, shared, geometry_.chunk_bytes()), partial_src[t], partial_bytes);
     }
-    map_pages(rec, std::span<const chunk_id>(chunks).subspan(now.size()), 0, true);
+    map_pages(rec, std::span<const chunk_id>(chunks).subspan(now.size()), 0, true, fx);
   } catch (...) {
     discard(rec, own);
     throw;
@@ -219,26 +221,36 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
 
 // The last step of create and fork: the record, now backed, joins the live requests.
 create_result scheduler::go_live(std::unique_ptr<vtensor_record> rec, std::uint64_t tokens, std::uint32_t shared,
-                                 std::uint64_t hit, std::uint64_t partial_bytes) {
+                                 std::uint64_t hit, std::uint64_t partial_bytes, op_effects fx) {
   rec->tokens = tokens;
   rec->shared_pages = shared;
   rec->hit_tokens = hit;
   rec->cow_bytes = partial_bytes * geometry_.tensors();
   account(*rec, +1);
-  ++counters_.created;
-  create_result result{alloc_status::ok, hit, rec->cow_bytes, shared};
+  create_result result{alloc_status::ok, hit, rec->cow_bytes, shared, fx};
   const request_id id = rec->id;
   live_.emplace(id, std::move(rec));
   return result;
 }
 
-create_result scheduler::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
-                                std::uint64_t max_tokens) {
-  auto rec = new_record(id, max_tokens);
+// Note [Effects of a call]
+// create, extend, fork, finish and preempt each return what they did: the pages mapped on the
+// calling thread, the pages handed to the mapping worker in one job (with its ticket), the job
+// the call waited for, and the pool's part (chunks created, taken from the free pool, prefixes
+// evicted, lookahead pages missed). A model of the worker (the simulator's clock, Note [Mapping
+// worker model] in sim/vtensor_policy.hpp) consumes this record instead of re-deriving the
+// scheduler's decisions from the outside. `waited_job` names the job the call had to see done
+// (the request's last one), whether or not it had finished in wall time: that is what a model
+// needs, and it does not depend on timing. A call answered needs_preemption reports only the
+// pool's part (what eviction and creation did before memory ran out); the request is unchanged.
+
+void scheduler::validate_prompt(const vtensor_record& rec, std::span<const token_block> blocks,
+                                std::uint64_t prompt_tokens) const {
+  const request_id id = rec.id;
   if (prompt_tokens == 0) throw std::invalid_argument(fmt::format("request {}: empty prompt", id.value));
-  if (prompt_tokens > rec->max_tokens) {
+  if (prompt_tokens > rec.max_tokens) {
     throw std::invalid_argument(fmt::format("request {}: prompt of {} tokens exceeds its max of {}", id.value,
-                                            prompt_tokens, rec->max_tokens));
+                                            prompt_tokens, rec.max_tokens));
   }
   std::uint64_t block_tokens = 0;
   for (const auto& b : blocks) {
@@ -249,86 +261,113 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
     throw std::invalid_argument(fmt::format("request {}: blocks name {} tokens but the prompt has {}", id.value,
                                             block_tokens, prompt_tokens));
   }
+}
+
+// The longest cached prefix of `blocks` usable by a prompt of `prompt_tokens`, and the fullest
+// version of each page along it (Note [Page versions]).
+scheduler::prefix_match scheduler::match_prefix(std::span<const token_block> blocks, std::uint64_t prompt_tokens) {
   const std::uint64_t chunk = geometry_.chunk_bytes();
   const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
-  const std::uint32_t tensors = geometry_.tensors();
-
-  // Longest cached prefix, and the fullest version of each page along it (Note [Page versions]).
-  radix_path path = ops_.tree().match(blocks);
-  const std::uint64_t matched = std::min(path.tokens, prompt_tokens - 1);  // one token is always computed
-  std::vector<const page_version*> best;
+  prefix_match m;
+  m.path = ops_.tree().match(blocks);
+  const std::uint64_t matched = std::min(m.path.tokens, prompt_tokens - 1);  // one token is always computed
   if (matched > 0) {
-    for (const radix_node* n : path.nodes) {
+    for (const radix_node* n : m.path.nodes) {
       for (const page_version& v : n->pages) {
-        if (v.page >= best.size()) best.resize(v.page + 1, nullptr);
-        if (best[v.page] == nullptr || v.valid_bytes > best[v.page]->valid_bytes) best[v.page] = &v;
+        if (v.page >= m.best.size()) m.best.resize(v.page + 1, nullptr);
+        if (m.best[v.page] == nullptr || v.valid_bytes > m.best[v.page]->valid_bytes) m.best[v.page] = &v;
       }
     }
   }
   std::uint64_t covered_bytes = 0;
-  for (std::size_t p = 0; p < best.size() && best[p] != nullptr; ++p) {
-    covered_bytes = p * chunk + best[p]->valid_bytes;
-    if (best[p]->valid_bytes < chunk) break;
+  for (std::size_t p = 0; p < m.best.size() && m.best[p] != nullptr; ++p) {
+    covered_bytes = p * chunk + m.best[p]->valid_bytes;
+    if (m.best[p]->valid_bytes < chunk) break;
   }
-  const std::uint64_t hit_max = std::min(matched, covered_bytes / bpt);
-  const auto shared = static_cast<std::uint32_t>(hit_max * bpt / chunk);
-  const std::uint64_t hit =
-      config_.partial == partial_page_policy::recompute ? ceil_div(std::uint64_t{shared} * chunk, bpt) : hit_max;
-  const std::uint64_t partial_bytes = hit * bpt - std::uint64_t{shared} * chunk;  // per tensor, copied
+  m.hit_max = std::min(matched, covered_bytes / bpt);
+  m.shared = static_cast<std::uint32_t>(m.hit_max * bpt / chunk);
+  m.hit = config_.partial == partial_page_policy::recompute ? ceil_div(std::uint64_t{m.shared} * chunk, bpt)
+                                                              : m.hit_max;
+  m.partial_bytes = m.hit * bpt - std::uint64_t{m.shared} * chunk;  // per tensor, copied
+  return m;
+}
+
+create_result scheduler::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
+                                std::uint64_t max_tokens) {
+  auto rec = new_record(id, max_tokens);
+  validate_prompt(*rec, blocks, prompt_tokens);
+  const operation_counters before = ops_.counters();
+  const prefix_match m = match_prefix(blocks, prompt_tokens);
   const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(prompt_tokens));
 
   rec->blocks.assign(blocks.begin(), blocks.end());
-  if (hit > 0) {
-    rec->pinned = path.deepest();
+  if (m.hit > 0) {
+    rec->pinned = m.path.deepest();
     ops_.tree().pin(*rec->pinned);
   }
   std::vector<chunk_id> chunks;
-  chunks.reserve(std::size_t{needed + config_.lookahead_pages} * tensors);
-  for (std::uint32_t p = 0; p < shared; ++p) chunks.insert(chunks.end(), best[p]->chunks.begin(), best[p]->chunks.end());
-  static const std::vector<chunk_id> k_none;
-  if (!build(*rec, chunks, shared, needed, partial_bytes > 0 ? best[shared]->chunks : k_none, partial_bytes)) {
-    return {alloc_status::needs_preemption};
+  chunks.reserve(std::size_t{needed + config_.lookahead_pages} * geometry_.tensors());
+  for (std::uint32_t p = 0; p < m.shared; ++p) {
+    chunks.insert(chunks.end(), m.best[p]->chunks.begin(), m.best[p]->chunks.end());
   }
+  static const std::vector<chunk_id> k_none;
+  op_effects fx;
+  const bool built =
+      build(*rec, chunks, m.shared, needed, m.partial_bytes > 0 ? m.best[m.shared]->chunks : k_none, m.partial_bytes, fx);
+  pool_effects(before, fx);
+  if (!built) return {alloc_status::needs_preemption, 0, 0, 0, fx};
   counters_.prompt_tokens += prompt_tokens;
-  counters_.hit_tokens += hit;
-  counters_.recomputed_tokens += hit_max - hit;
-  return go_live(std::move(rec), prompt_tokens, shared, hit, partial_bytes);
+  counters_.hit_tokens += m.hit;
+  counters_.recomputed_tokens += m.hit_max - m.hit;
+  return go_live(std::move(rec), prompt_tokens, m.shared, m.hit, m.partial_bytes, fx);
 }
 
-alloc_status scheduler::extend(request_id id, std::uint64_t tokens) {
+// Maps the pages up to `needed` that are not even queued, on the calling thread, with the
+// lookahead ones when there is no worker. False when out of memory (nothing changed but evictions).
+bool scheduler::map_needed(vtensor_record& r, std::uint32_t needed, op_effects& fx) {
+  std::vector<chunk_id> chunks;
+  if (!ops_.alloc_chunks(std::size_t{needed - r.mapped_pages} * geometry_.tensors(), true, chunks)) return false;
+  if (!ops_.async()) alloc_ahead(lookahead_target(r, needed) - needed, chunks, fx);
+  try {
+    map_pages(r, chunks, 0, false, fx);
+  } catch (...) {
+    for (chunk_id c : chunks) ops_.unuse(c);
+    throw;
+  }
+  return true;
+}
+
+extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
   vtensor_record& r = get(id);
   const std::uint64_t total = r.tokens + tokens;
   if (total > r.max_tokens) {
     throw std::invalid_argument(fmt::format("request {}: extending to {} tokens exceeds its max of {}", id.value, total,
                                             r.max_tokens));
   }
+  const operation_counters before = ops_.counters();
+  extend_result result;
+  op_effects& fx = result.effects;
   const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(total));
-  if (needed > r.mapped_pages) {  // not even queued: mapped now, on the step
-    std::vector<chunk_id> chunks;
-    if (!ops_.alloc_chunks(std::size_t{needed - r.mapped_pages} * geometry_.tensors(), true, chunks)) {
-      ++counters_.preemption_signals;
-      return alloc_status::needs_preemption;
-    }
-    if (!ops_.async()) alloc_ahead(lookahead_target(r, needed) - needed, chunks);
-    try {
-      map_pages(r, chunks, 0, false);
-    } catch (...) {
-      for (chunk_id c : chunks) ops_.unuse(c);
-      throw;
-    }
+  if (needed > r.mapped_pages && !map_needed(r, needed, fx)) {
+    ++counters_.preemption_signals;
+    pool_effects(before, fx);
+    result.status = alloc_status::needs_preemption;
+    return result;
   }
   if (needed > r.ready_pages) {  // a page it needs was mapped by the worker: wait until done
+    fx.waited_job = r.ticket;
     ops_.wait(r.ticket, true);
     r.ready_pages = r.mapped_pages;
   }
   if (config_.lookahead_pages > 0 && needed > geometry_.pages_for_tokens(r.tokens)) {
-    top_up(r, needed);
+    top_up(r, needed, fx);
     ops_.create_ahead(config_.create_ahead_chunks);
   }
   own_valid_bytes_ += tokens * geometry_.bytes_per_token();
   logical_tokens_ += tokens;
   r.tokens = total;
-  return alloc_status::ok;
+  pool_effects(before, fx);
+  return result;
 }
 
 create_result scheduler::fork(request_id parent_id, request_id child_id) {
@@ -337,6 +376,7 @@ create_result scheduler::fork(request_id parent_id, request_id child_id) {
   const std::uint64_t chunk = geometry_.chunk_bytes();
   const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
   const std::uint32_t tensors = geometry_.tensors();
+  const operation_counters before = ops_.counters();
 
   const auto shared = static_cast<std::uint32_t>(parent.tokens * bpt / chunk);
   const std::uint64_t hit = config_.partial == partial_page_policy::recompute
@@ -365,8 +405,11 @@ create_result scheduler::fork(request_id parent_id, request_id child_id) {
   for (std::uint32_t t = 0; t < tensors && partial_bytes > 0; ++t) {
     partial_src.push_back(parent.maps[std::size_t{shared} * tensors + t]->chunk);
   }
-  if (!build(*rec, chunks, shared, needed, partial_src, partial_bytes)) return {alloc_status::needs_preemption};
-  return go_live(std::move(rec), hit, shared, hit, partial_bytes);
+  op_effects fx;
+  const bool built = build(*rec, chunks, shared, needed, partial_src, partial_bytes, fx);
+  pool_effects(before, fx);
+  if (!built) return {alloc_status::needs_preemption, 0, 0, 0, fx};
+  return go_live(std::move(rec), hit, shared, hit, partial_bytes, fx);
 }
 
 // Hangs the request's pages on the rTree path of its blocks: whole pages, and the last partial
@@ -403,29 +446,32 @@ void scheduler::record_prefix(vtensor_record& r, std::span<const token_block> ex
   }
 }
 
-void scheduler::release(vtensor_record& r) {
+void scheduler::release(vtensor_record& r, op_effects& fx) {
   account(r, -1);
   if (r.pinned != nullptr) ops_.tree().unpin(*r.pinned);
   r.pinned = nullptr;
-  unmap_all(r);
+  fx.waited_job = unmap_all(r);
   ops_.untrack(r);
   ops_.free_range(r.base);
 }
 
-void scheduler::finish(request_id id, std::span<const token_block> extra_blocks) {
+op_effects scheduler::finish(request_id id, std::span<const token_block> extra_blocks) {
   vtensor_record& r = get(id);
+  op_effects fx;
   record_prefix(r, extra_blocks);
-  release(r);
+  release(r, fx);
   live_.erase(id);
-  ++counters_.finished;
+  return fx;
 }
 
-void scheduler::preempt(request_id id) {
+op_effects scheduler::preempt(request_id id) {
   vtensor_record& r = get(id);
+  op_effects fx;
   if (config_.record_on_preempt) record_prefix(r, {});
-  release(r);
+  release(r, fx);
   live_.erase(id);
   ++counters_.preempted;
+  return fx;
 }
 
 vtensor_view scheduler::view(const vtensor_record& r) const {
@@ -440,6 +486,18 @@ vtensor_view scheduler::view(const vtensor_record& r) const {
                       r.hit_tokens};
 }
 
+memory_stats scheduler::memory() const {
+  const std::uint64_t chunk = geometry_.chunk_bytes();
+  memory_stats m;
+  m.physical_bytes = ops_.chunks().live() * chunk;
+  m.mapped_bytes = ops_.mapped_chunks() * chunk;
+  m.used_bytes = own_valid_bytes_ + ops_.shared_chunks() * chunk;
+  m.free_pool_bytes = ops_.chunks().free_count() * chunk;
+  m.cached_bytes = m.physical_bytes - m.mapped_bytes - m.free_pool_bytes;
+  m.logical_bytes = logical_bytes();
+  return m;
+}
+
 void scheduler::settle() {
   ops_.settle();
   for (auto& [id, r] : live_) r->ready_pages = r->mapped_pages;
@@ -447,51 +505,50 @@ void scheduler::settle() {
 
 void scheduler::shutdown() {
   ops_.drain();
-  for (auto& [id, r] : live_) release(*r);
+  op_effects ignored;
+  for (auto& [id, r] : live_) release(*r, ignored);
   live_.clear();
   ops_.drop_cache_and_trim();
 }
 
-void scheduler::check_invariants() {
-  settle();
-  auto fail = [](const std::string& why) { throw std::logic_error("scheduler invariant: " + why); };
-  ops_.check_invariants();
+namespace {
+[[noreturn]] void fail(const std::string& why) { throw std::logic_error("scheduler invariant: " + why); }
+}  // namespace
+
+// One live request against the pool: its page table, its reservation, its shared pages.
+void scheduler::check_record(const vtensor_record& r) const {
   const std::uint32_t tensors = geometry_.tensors();
   const std::uint64_t chunk = geometry_.chunk_bytes();
-  const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
-  std::uint64_t own = 0, logical = 0, mappings = 0;
-  std::unordered_map<const radix_node*, std::uint32_t> pins;
-  for (const auto& [id, rp] : live_) {
-    const vtensor_record& r = *rp;
-    if (r.maps.size() != std::size_t{r.mapped_pages} * tensors) fail(fmt::format("request {}: page table size", id.value));
-    if (r.mapped_pages < geometry_.pages_for_tokens(r.tokens)) fail(fmt::format("request {}: tokens not mapped", id.value));
-    if (r.mapped_pages > max_pages(r)) fail(fmt::format("request {}: mapped past its reservation", id.value));
-    if (r.tokens > r.max_tokens) fail(fmt::format("request {}: tokens past max", id.value));
-    if (std::uint64_t{r.shared_pages} * chunk > r.tokens * bpt) {
-      fail(fmt::format("request {}: a shared page is not fully valid", id.value));
-    }
-    for (std::uint32_t p = 0; p < r.mapped_pages; ++p) {
-      for (std::uint32_t t = 0; t < tensors; ++t) {
-        const mapping* m = r.maps[std::size_t{p} * tensors + t];
-        if (m == nullptr || ops_.mappings().find(r.page_addr(t, p, chunk)) != m) {
-          fail(fmt::format("request {}: page {} of tensor {} is not the vSet's mapping", id.value, p, t));
-        }
-        if (m->owner != r.id) fail(fmt::format("request {}: mapping owned by {}", id.value, m->owner.value));
-        if (m->shared != (p < r.shared_pages)) {
-          fail(fmt::format("request {}: page {} shared flag {} but {} shared pages", id.value, p, m->shared,
-                           r.shared_pages));
-        }
+  const request_id id = r.id;
+  if (r.maps.size() != std::size_t{r.mapped_pages} * tensors) fail(fmt::format("request {}: page table size", id.value));
+  if (r.mapped_pages < geometry_.pages_for_tokens(r.tokens)) fail(fmt::format("request {}: tokens not mapped", id.value));
+  if (r.mapped_pages > max_pages(r)) fail(fmt::format("request {}: mapped past its reservation", id.value));
+  if (r.ready_pages > r.mapped_pages) fail(fmt::format("request {}: more pages ready than mapped", id.value));
+  if (r.tokens > r.max_tokens) fail(fmt::format("request {}: tokens past max", id.value));
+  if (std::uint64_t{r.shared_pages} * chunk > r.tokens * geometry_.bytes_per_token_per_tensor()) {
+    fail(fmt::format("request {}: a shared page is not fully valid", id.value));
+  }
+  for (std::uint32_t p = 0; p < r.mapped_pages; ++p) {
+    for (std::uint32_t t = 0; t < tensors; ++t) {
+      const mapping* m = r.maps[std::size_t{p} * tensors + t];
+      if (m == nullptr || ops_.mappings().find(r.page_addr(t, p, chunk)) != m) {
+        fail(fmt::format("request {}: page {} of tensor {} is not the vSet's mapping", id.value, p, t));
+      }
+      if (m->owner != r.id) fail(fmt::format("request {}: mapping owned by {}", id.value, m->owner.value));
+      if (m->shared != (p < r.shared_pages)) {
+        fail(fmt::format("request {}: page {} shared flag {} but {} shared pages", id.value, p, m->shared,
+                         r.shared_pages));
       }
     }
-    own += own_bytes(r);
-    logical += r.tokens;
-    mappings += r.maps.size();
-    if (r.pinned != nullptr) ++pins[r.pinned];
   }
-  if (own != own_valid_bytes_) fail(fmt::format("own valid bytes {} counted {}", own, own_valid_bytes_));
-  if (logical != logical_tokens_) fail("logical tokens drifted");
-  if (mappings != ops_.mappings().size()) fail("a mapping belongs to no live request");
-  // Each node's pin count = live requests pinning it or a node below it.
+}
+
+// Each rTree node's pin count = live requests pinning it or a node below it.
+void scheduler::check_pins() const {
+  std::unordered_map<const radix_node*, std::uint32_t> pins;
+  for (const auto& [id, r] : live_) {
+    if (r->pinned != nullptr) ++pins[r->pinned];
+  }
   auto expect = [&](auto&& self, const radix_node& n) -> std::uint32_t {
     std::uint32_t sum = 0;
     auto it = pins.find(&n);
@@ -503,9 +560,24 @@ void scheduler::check_invariants() {
     return sum;
   };
   expect(expect, ops_.tree().root());
+}
+
+void scheduler::check_invariants() const {
+  ops_.check_invariants();
+  std::uint64_t own = 0, logical = 0, mappings = 0;
+  for (const auto& [id, r] : live_) {
+    check_record(*r);
+    own += own_bytes(*r);
+    logical += r->tokens;
+    mappings += r->maps.size();
+  }
+  if (own != own_valid_bytes_) fail(fmt::format("own valid bytes {} counted {}", own, own_valid_bytes_));
+  if (logical != logical_tokens_) fail("logical tokens drifted");
+  if (mappings != ops_.mappings().size()) fail("a mapping belongs to no live request");
+  check_pins();
   const std::uint64_t ranges = live_.size() + ops_.cached_ranges() + (ops_.has_scratch() ? 1 : 0);
-  if (ops_.backend().live().ranges != ranges) {
-    fail(fmt::format("backend holds {} ranges, expected {}", ops_.backend().live().ranges, ranges));
+  if (const auto idle = ops_.backend_if_idle(); idle && idle->live.ranges != ranges) {
+    fail(fmt::format("backend holds {} ranges, expected {}", idle->live.ranges, ranges));
   }
 }
 

@@ -11,7 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/enum_names.hpp"
 #include "core/kv_geometry.hpp"
+#include "core/memory_stats.hpp"
 #include "core/operations.hpp"
 #include "core/vtensor.hpp"
 
@@ -23,8 +25,13 @@ enum class partial_page_policy : std::uint8_t {
   cow,        ///< copy the valid bytes into a fresh page: the hit keeps every cached token
   recompute,  ///< reuse whole pages only: the partial page's tokens are computed again
 };
-[[nodiscard]] std::string_view to_string(partial_page_policy p);
-[[nodiscard]] std::optional<partial_page_policy> partial_page_policy_from_string(std::string_view name);
+/// The policies' names, as users type them.
+inline constexpr enum_names<partial_page_policy, 2> k_partial_page_policy_names{
+    {{{partial_page_policy::cow, "cow"}, {partial_page_policy::recompute, "recompute"}}}};
+[[nodiscard]] inline std::string_view to_string(partial_page_policy p) { return k_partial_page_policy_names.name(p); }
+[[nodiscard]] inline std::optional<partial_page_policy> partial_page_policy_from_string(std::string_view name) {
+  return k_partial_page_policy_names.parse(name);
+}
 
 /// Scheduler settings.
 struct scheduler_config {
@@ -39,6 +46,10 @@ struct scheduler_config {
   bool record_on_preempt = true;                       ///< a preempted request's prefix stays cached
   bool async_lookahead = false;                        ///< lookahead pages mapped by the background worker
   std::uint32_t create_ahead_chunks = 0;               ///< worker keeps this many chunks free (0: off)
+
+  /// Whether the mapping worker runs: for asynchronous lookahead or for creating chunks ahead.
+  /// While it runs, every lookahead mapping is handed to it (Note [Deferred mappings]).
+  [[nodiscard]] bool runs_worker() const { return async_lookahead || create_ahead_chunks > 0; }
 };
 
 /// Outcome of a call that may need memory.
@@ -47,25 +58,43 @@ enum class alloc_status : std::uint8_t {
   needs_preemption,  ///< out of memory with nothing left to evict: nothing changed; preempt and retry
 };
 
+/// What one scheduler call did to memory and to the mapping worker (Note [Effects of a call]).
+struct op_effects {
+  std::uint32_t step_pages = 0;        ///< pages mapped on the calling thread (shared ones included)
+  std::uint32_t worker_pages = 0;      ///< pages whose mapping went to the worker, in one job
+  std::uint64_t worker_job = 0;        ///< that job's ticket (0: none)
+  std::uint64_t waited_job = 0;        ///< the worker job the call waited for before going on (0: none)
+  std::uint64_t chunks_created = 0;    ///< chunks created through the backend by the calling thread
+  std::uint64_t pool_chunks = 0;       ///< chunks taken from the free pool
+  std::uint64_t evicted_nodes = 0;     ///< cached prefixes evicted to make room
+  std::uint32_t lookahead_misses = 0;  ///< lookahead pages left unmapped for lack of memory
+  friend bool operator==(const op_effects&, const op_effects&) = default;
+};
+
 /// Result of create and fork.
 struct [[nodiscard]] create_result {
   alloc_status status = alloc_status::ok;  ///< ok, or nothing was created
   std::uint64_t hit_tokens = 0;            ///< leading tokens whose KV came from cache (or the parent)
   std::uint64_t cow_bytes = 0;             ///< bytes copied for a partial page
   std::uint32_t shared_pages = 0;          ///< pages mapped shared
+  op_effects effects;                      ///< what it did (nothing on needs_preemption)
+  [[nodiscard]] bool ok() const { return status == alloc_status::ok; }
+};
+
+/// Result of extend.
+struct [[nodiscard]] extend_result {
+  alloc_status status = alloc_status::ok;  ///< ok, or nothing changed
+  op_effects effects;                      ///< what it did (nothing on needs_preemption)
   [[nodiscard]] bool ok() const { return status == alloc_status::ok; }
 };
 
 /// Scheduler-level counters.
 struct scheduler_counters {
-  std::uint64_t created = 0;            ///< requests created (forks included)
-  std::uint64_t finished = 0;           ///< requests finished
   std::uint64_t preempted = 0;          ///< requests preempted
   std::uint64_t preemption_signals = 0; ///< calls answered needs_preemption
   std::uint64_t prompt_tokens = 0;      ///< prompt tokens of created requests (forks excluded)
   std::uint64_t hit_tokens = 0;         ///< of which served from cache
   std::uint64_t recomputed_tokens = 0;  ///< cached tokens not reused because of the recompute policy
-  std::uint64_t lookahead_misses = 0;   ///< lookahead pages not mapped for lack of memory
 };
 
 /// The scheduler.
@@ -82,56 +111,84 @@ class scheduler {
                        std::uint64_t max_tokens);
   /// Grows request `id` by `tokens`; its pointer never moves. Throws std::invalid_argument for an
   /// unknown id or growth past its max tokens.
-  [[nodiscard]] alloc_status extend(request_id id, std::uint64_t tokens);
+  extend_result extend(request_id id, std::uint64_t tokens);
   /// New request `child` holding `parent`'s tokens: whole pages shared, the partial one copied
   /// (or recomputed, by policy).
   create_result fork(request_id parent, request_id child);
   /// Records the request's prefix in the rTree and returns its memory (lazily). `extra_blocks`
   /// name tokens after its create-time blocks (an answer whose keys are known).
-  void finish(request_id id, std::span<const token_block> extra_blocks = {});
+  op_effects finish(request_id id, std::span<const token_block> extra_blocks = {});
   /// Drops a live request to free memory (its prefix stays cached if the config says so).
-  void preempt(request_id id);
+  op_effects preempt(request_id id);
 
   [[nodiscard]] const vtensor_record* find(request_id id) const;
   [[nodiscard]] vtensor_view view(const vtensor_record& r) const;
   [[nodiscard]] std::size_t live_requests() const { return live_.size(); }
-  /// Bytes of KV held in live requests' own (unshared) pages.
-  [[nodiscard]] std::uint64_t own_valid_bytes() const { return own_valid_bytes_; }
   /// Sum over live requests of tokens x bytes per token.
   [[nodiscard]] std::uint64_t logical_bytes() const { return logical_tokens_ * geometry_.bytes_per_token(); }
   [[nodiscard]] const scheduler_counters& counters() const { return counters_; }
   [[nodiscard]] const kv_geometry& geometry() const { return geometry_; }
   [[nodiscard]] const scheduler_config& config() const { return config_; }
-  [[nodiscard]] operations& ops() { return ops_; }
+  /// The operations and their pool, to read counters from.
   [[nodiscard]] const operations& ops() const { return ops_; }
+  /// Memory now, in bytes.
+  [[nodiscard]] memory_stats memory() const;
 
+  /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
+  std::size_t trim() { return ops_.trim(); }
+  /// Installs the device copy for copy-on-write.
+  void set_device_copy(device_copy_fn fn) { ops_.set_device_copy(std::move(fn)); }
   /// Drops every live request (no prefix record), the cache, and gives all memory back.
   void shutdown();
-  /// Waits for the worker's deferred mappings and takes the chunks it created.
+  /// Waits for the worker's deferred mappings and takes the chunks it created: afterwards every
+  /// mapped page is ready and no extend waits until new work is handed to the worker.
   void settle();
-  /// Settles, then checks every request against the pool, then the pool itself; throws std::logic_error.
-  void check_invariants();
+  /// Checks every request against the pool, then the pool itself; throws std::logic_error. Only
+  /// reads: worker jobs in flight are not waited for (Note [Checking with jobs in flight] in
+  /// operations.cpp).
+  void check_invariants() const;
 
  private:
+  /// A prefix-cache match for a new prompt (Note [Page versions]).
+  struct prefix_match {
+    radix_path path;                         // the matched rTree path
+    std::vector<const page_version*> best;   // the fullest cached version of each page along it
+    std::uint64_t hit_max = 0;               // tokens the cache could serve
+    std::uint64_t hit = 0;                   // tokens it serves under the partial-page policy
+    std::uint32_t shared = 0;                // whole pages mapped shared
+    std::uint64_t partial_bytes = 0;         // bytes per tensor copied into the partial page
+  };
+
   vtensor_record& get(request_id id);
+  void validate_prompt(const vtensor_record& rec, std::span<const token_block> blocks,
+                       std::uint64_t prompt_tokens) const;
+  /// Non-const: a match touches the matched nodes (eviction order).
+  [[nodiscard]] prefix_match match_prefix(std::span<const token_block> blocks, std::uint64_t prompt_tokens);
   std::uint32_t max_pages(const vtensor_record& r) const;
-  void map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count, bool deferred);
-  void top_up(vtensor_record& r, std::uint32_t needed);
+  void map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count, bool deferred,
+                 op_effects& fx);
+  [[nodiscard]] bool map_needed(vtensor_record& r, std::uint32_t needed, op_effects& fx);
+  void top_up(vtensor_record& r, std::uint32_t needed, op_effects& fx);
   /// Pages to have mapped when `needed` are: k more, within the request's reservation.
   [[nodiscard]] std::uint32_t lookahead_target(const vtensor_record& r, std::uint32_t needed) const;
   /// Takes chunks for up to `pages` lookahead pages, best effort (no eviction for speculation).
-  void alloc_ahead(std::uint32_t pages, std::vector<chunk_id>& chunks);
-  void release(vtensor_record& r);
-  void unmap_all(vtensor_record& r);
+  void alloc_ahead(std::uint32_t pages, std::vector<chunk_id>& chunks, op_effects& fx);
+  /// Fills in the pool's part of `fx`: what changed in the operations' counters since `before`.
+  void pool_effects(const operation_counters& before, op_effects& fx) const;
+  void release(vtensor_record& r, op_effects& fx);
+  /// Unmaps every page after waiting for the request's last worker job; returns that job's ticket.
+  std::uint64_t unmap_all(vtensor_record& r);
+  void check_record(const vtensor_record& r) const;
+  void check_pins() const;
   void record_prefix(vtensor_record& r, std::span<const token_block> extra);
   std::uint64_t own_bytes(const vtensor_record& r) const;
   void account(const vtensor_record& r, int sign);
   std::unique_ptr<vtensor_record> new_record(request_id id, std::uint64_t max_tokens);
   void discard(vtensor_record& r, std::span<const chunk_id> chunks);
   create_result go_live(std::unique_ptr<vtensor_record> rec, std::uint64_t tokens, std::uint32_t shared,
-                        std::uint64_t hit, std::uint64_t partial_bytes);
+                        std::uint64_t hit, std::uint64_t partial_bytes, op_effects fx);
   bool build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
-             std::span<const chunk_id> partial_src, std::uint64_t partial_bytes);
+             std::span<const chunk_id> partial_src, std::uint64_t partial_bytes, op_effects& fx);
   std::vector<mapping*> run_;  // scratch for unmap runs
 
   kv_geometry geometry_;

@@ -5,8 +5,8 @@
 /// modelled price drives the simulated clock on every backend, so that a replay over `cuda` makes
 /// the same decisions as one over `sim` (Note [VMM time on the critical path], replica.hpp).
 ///
-/// The step thread is the thread that built the adaptor (set_step_thread() changes it); every
-/// other thread counts as the worker. Step-thread figures are plain fields, read by the step
+/// The step thread is the thread that built the adaptor; every other thread counts as the
+/// worker. Step-thread figures are plain fields, read by the step
 /// thread; worker figures are atomics, readable from any thread (settled once the worker drained).
 
 #include <array>
@@ -37,8 +37,6 @@ class accounting_backend final : public backend_adaptor {
   accounting_backend(std::unique_ptr<vmm_backend> inner, latency_model model);
 
   [[nodiscard]] std::string do_name() const override { return "accounting(" + inner().name() + ")"; }
-  /// Makes the calling thread the step thread.
-  void set_step_thread() { step_thread_ = std::this_thread::get_id(); }
   /// The step thread's calls (read from the step thread).
   [[nodiscard]] const vmm_side& step_side() const { return step_; }
   /// The worker's calls so far (a consistent total once the worker has drained).

@@ -53,7 +53,6 @@ std::uint64_t event_queue::run_until(time_us until, std::uint64_t max_events) {
       continue;
     }
     now_ = e.at;
-    ++events_run_;
     ++ran;
     fn();
   }

@@ -50,8 +50,6 @@ class event_queue {
 
   /// Events queued, cancelled ones included until they reach the head and are dropped.
   [[nodiscard]] std::size_t pending() const { return heap_.size(); }
-  /// Events run so far.
-  [[nodiscard]] std::uint64_t events_run() const { return events_run_; }
   /// True when no uncancelled event is queued.
   [[nodiscard]] bool empty() const { return heap_.size() == cancelled_queued_; }
 
@@ -76,7 +74,6 @@ class event_queue {
   std::size_t cancelled_queued_ = 0;
   time_us now_ = 0;
   std::uint64_t next_seq_ = 1;
-  std::uint64_t events_run_ = 0;
 };
 
 }  // namespace vtensor::sim

@@ -14,11 +14,13 @@
 ///   drops it (the request comes back later through admit()).
 /// - Ids are the caller's and unique among admitted requests. Misuse (unknown id, growth past
 ///   max_tokens) throws std::invalid_argument.
-/// - stats() is cheap (no walk) and may be called after every step; vmm_time_ns() and
-///   critical_vmm_ns() cheaper still.
+/// - stats() is cheap (no walk) and may be called after every step; vmm_time() and
+///   critical_vmm_time() cheaper still.
 /// - Time: the replica tells the policy the simulated time with advance_to() before it calls it;
 ///   a policy's decisions and its modelled times must not depend on wall time (Note [VMM time on
-///   the critical path] in replica.hpp).
+///   the critical path] in replica.hpp). Times cross this interface typed (`sim_us` for the
+///   clock, `sim_ns` for VMM time), never as bare integers.
+/// - check_invariants() only reads: it must not wait for background work; settle() does that.
 
 #include <cstdint>
 #include <span>
@@ -26,8 +28,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/units.hpp"
 #include "backends/vmm_backend.hpp"
 #include "core/ids.hpp"
+#include "core/memory_stats.hpp"
 
 namespace vtensor::sim {
 
@@ -52,29 +56,15 @@ enum class release_reason : std::uint8_t {
   preempted,  ///< dropped to free memory; it will be admitted again and recomputed
 };
 
-/// A snapshot of memory. Definitions: docs/metrics.md.
+/// A policy's memory and its activity so far. Definitions: docs/metrics.md.
 struct kv_stats {
-  std::uint64_t physical_bytes = 0;     ///< device memory held by the policy
-  std::uint64_t mapped_bytes = 0;       ///< of which backing live requests
-  std::uint64_t used_bytes = 0;         ///< of which holding valid KV (shared once)
-  std::uint64_t cached_bytes = 0;       ///< held only for prefix reuse
-  std::uint64_t logical_bytes = 0;      ///< live requests' tokens x bytes per token
+  memory_stats memory;                  ///< device memory held, mapped, used, cached, idle; logical bytes
   std::uint64_t prompt_tokens = 0;      ///< prompt tokens admitted (re-admissions included)
   std::uint64_t prefix_hit_tokens = 0;  ///< of which served from the cache
   std::uint64_t cow_bytes = 0;          ///< bytes copied for sharing
   std::uint64_t evictions = 0;          ///< cache entries evicted
-  std::uint64_t free_pool_bytes = 0;    ///< of physical, idle chunks kept for reuse (creation ahead fills it)
   std::uint64_t chunks_created = 0;     ///< chunks created so far (successful creates; 0 if none)
   vmm_counters vmm;                     ///< VMM calls and charged time per kind (zero if none)
-
-  /// 1 - used / mapped (0 when nothing is mapped).
-  [[nodiscard]] double internal_fragmentation() const {
-    return mapped_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(used_bytes) / static_cast<double>(mapped_bytes);
-  }
-  /// 1 - used / logical (0 when nothing is live).
-  [[nodiscard]] double sharing_saving() const {
-    return logical_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(used_bytes) / static_cast<double>(logical_bytes);
-  }
 };
 
 /// The interface. Public non-virtual entry points over private hooks.
@@ -93,21 +83,23 @@ class kv_policy {
   void release(request_id id, release_reason why) { do_release(id, why); }
   /// Memory now.
   [[nodiscard]] kv_stats stats() const { return do_stats(); }
-  /// Modelled VMM time of every call issued so far (the step's and the worker's), nanoseconds
-  /// (0 for policies without VMM calls).
-  [[nodiscard]] std::uint64_t vmm_time_ns() const { return do_vmm_time_ns(); }
-  /// Of vmm_time_ns(), what the step thread spent: its own calls plus its modelled waits for the
+  /// Modelled VMM time of every call issued so far (the step's and the worker's); zero for
+  /// policies without VMM calls.
+  [[nodiscard]] sim_ns vmm_time() const { return do_vmm_time(); }
+  /// Of vmm_time(), what the step thread spent: its own calls plus its modelled waits for the
   /// mapping worker (Note [VMM time on the critical path] in replica.hpp).
-  [[nodiscard]] std::uint64_t critical_vmm_ns() const { return do_critical_vmm_ns(); }
-  /// The simulated time is now `now` (microseconds, never decreasing).
-  void advance_to(std::uint64_t now_us) { do_advance_to(now_us); }
-  /// Lookahead: true when the policy maps pages ahead of need.
-  [[nodiscard]] bool maps_ahead() const { return do_maps_ahead(); }
+  [[nodiscard]] sim_ns critical_vmm_time() const { return do_critical_vmm_time(); }
+  /// The simulated time is now `now` (never decreasing).
+  void advance_to(sim_us now) { do_advance_to(now); }
   /// Registry name, e.g. "vtensor".
   [[nodiscard]] std::string name() const { return do_name(); }
   /// The options in effect, for the replay's "config".
   [[nodiscard]] nlohmann::ordered_json describe() const { return do_describe(); }
-  /// Throws std::logic_error when the policy's structures disagree.
+  /// Waits for background work (a mapping worker) and takes in its results: call before
+  /// reading figures that must be final, and before a check that wants a quiet state.
+  void settle() { do_settle(); }
+  /// Throws std::logic_error when the policy's structures disagree. Only reads: work still in
+  /// flight in the background is neither waited for nor checked against.
   void check_invariants() const { do_check_invariants(); }
 
  private:
@@ -115,10 +107,10 @@ class kv_policy {
   virtual bool do_grow(request_id id, std::uint64_t tokens) = 0;
   virtual void do_release(request_id id, release_reason why) = 0;
   [[nodiscard]] virtual kv_stats do_stats() const = 0;
-  [[nodiscard]] virtual std::uint64_t do_vmm_time_ns() const { return 0; }
-  [[nodiscard]] virtual std::uint64_t do_critical_vmm_ns() const { return do_vmm_time_ns(); }
-  virtual void do_advance_to(std::uint64_t /*now_us*/) {}
-  [[nodiscard]] virtual bool do_maps_ahead() const { return false; }
+  [[nodiscard]] virtual sim_ns do_vmm_time() const { return sim_ns{0}; }
+  [[nodiscard]] virtual sim_ns do_critical_vmm_time() const { return do_vmm_time(); }
+  virtual void do_advance_to(sim_us /*now*/) {}
+  virtual void do_settle() {}
   [[nodiscard]] virtual std::string do_name() const = 0;
   [[nodiscard]] virtual nlohmann::ordered_json do_describe() const = 0;
   virtual void do_check_invariants() const {}

@@ -43,17 +43,18 @@ void state_tracker::integrate(time_us until) {
   }
   const auto dt = static_cast<double>(until - last_.at);
   total_us_ += dt;
-  if (last_.mapped_bytes > 0) {
+  const memory_stats& m = last_.memory;
+  if (m.mapped_bytes > 0) {
     mapped_us_ += dt;
-    frag_ += dt * last_.internal_fragmentation;
+    frag_ += dt * m.internal_fragmentation();
   }
-  if (last_.logical_bytes > 0) {
+  if (m.logical_bytes > 0) {
     live_us_ += dt;
-    sharing_ += dt * last_.sharing_saving;
+    sharing_ += dt * m.sharing_saving();
   }
-  physical_ += dt * static_cast<double>(last_.physical_bytes);
-  mapped_ += dt * static_cast<double>(last_.mapped_bytes);
-  used_ += dt * static_cast<double>(last_.used_bytes);
+  physical_ += dt * static_cast<double>(m.physical_bytes);
+  mapped_ += dt * static_cast<double>(m.mapped_bytes);
+  used_ += dt * static_cast<double>(m.used_bytes);
   running_ += dt * last_.running;
   waiting_ += dt * last_.waiting;
 }
@@ -64,13 +65,16 @@ void state_tracker::observe(const replica_state& s) {
   last_ = s;
   have_last_ = true;
   peak_.at = std::max(peak_.at, s.at);
-  peak_.physical_bytes = std::max(peak_.physical_bytes, s.physical_bytes);
-  peak_.mapped_bytes = std::max(peak_.mapped_bytes, s.mapped_bytes);
-  peak_.used_bytes = std::max(peak_.used_bytes, s.used_bytes);
-  peak_.cached_bytes = std::max(peak_.cached_bytes, s.cached_bytes);
-  peak_.logical_bytes = std::max(peak_.logical_bytes, s.logical_bytes);
-  peak_.internal_fragmentation = std::max(peak_.internal_fragmentation, s.internal_fragmentation);
-  peak_.sharing_saving = std::max(peak_.sharing_saving, s.sharing_saving);
+  memory_stats& p = peak_.memory;
+  const memory_stats& m = s.memory;
+  p.physical_bytes = std::max(p.physical_bytes, m.physical_bytes);
+  p.mapped_bytes = std::max(p.mapped_bytes, m.mapped_bytes);
+  p.used_bytes = std::max(p.used_bytes, m.used_bytes);
+  p.cached_bytes = std::max(p.cached_bytes, m.cached_bytes);
+  p.free_pool_bytes = std::max(p.free_pool_bytes, m.free_pool_bytes);
+  p.logical_bytes = std::max(p.logical_bytes, m.logical_bytes);
+  peak_.internal_fragmentation = std::max(peak_.internal_fragmentation, m.internal_fragmentation());
+  peak_.sharing_saving = std::max(peak_.sharing_saving, m.sharing_saving());
   peak_.running = std::max(peak_.running, s.running);
   peak_.waiting = std::max(peak_.waiting, s.waiting);
 }
@@ -86,16 +90,12 @@ void state_tracker::close(time_us end) {
   if (have_last_ && end > last_.at) last_.at = end;
 }
 
-namespace {
-double ratio(double a, double b) { return b <= 0 ? 0.0 : a / b; }
-}  // namespace
-
-double state_tracker::mean_internal_fragmentation() const { return ratio(frag_, mapped_us_); }
-double state_tracker::mean_sharing_saving() const { return ratio(sharing_, live_us_); }
-double state_tracker::mean_physical_bytes() const { return ratio(physical_, total_us_); }
-double state_tracker::mean_mapped_bytes() const { return ratio(mapped_, total_us_); }
-double state_tracker::mean_used_bytes() const { return ratio(used_, total_us_); }
-double state_tracker::mean_running() const { return ratio(running_, total_us_); }
-double state_tracker::mean_waiting() const { return ratio(waiting_, total_us_); }
+double state_tracker::mean_internal_fragmentation() const { return ratio_or_zero(frag_, mapped_us_); }
+double state_tracker::mean_sharing_saving() const { return ratio_or_zero(sharing_, live_us_); }
+double state_tracker::mean_physical_bytes() const { return ratio_or_zero(physical_, total_us_); }
+double state_tracker::mean_mapped_bytes() const { return ratio_or_zero(mapped_, total_us_); }
+double state_tracker::mean_used_bytes() const { return ratio_or_zero(used_, total_us_); }
+double state_tracker::mean_running() const { return ratio_or_zero(running_, total_us_); }
+double state_tracker::mean_waiting() const { return ratio_or_zero(waiting_, total_us_); }
 
 }  // namespace vtensor::sim

@@ -14,14 +14,18 @@ namespace vtensor::sim {
 
 /// The state of a replica at an instant.
 struct replica_state {
-  time_us at = 0;                 ///< when
-  std::uint64_t physical_bytes = 0;  ///< device memory held by the policy
-  std::uint64_t mapped_bytes = 0;    ///< backing live requests
-  std::uint64_t used_bytes = 0;      ///< holding valid KV
-  std::uint64_t cached_bytes = 0;    ///< held for prefix reuse only
-  std::uint64_t logical_bytes = 0;   ///< live requests' tokens x bytes per token
-  double internal_fragmentation = 0;  ///< 1 - used / mapped
-  double sharing_saving = 0;          ///< 1 - used / logical
+  time_us at = 0;               ///< when
+  memory_stats memory;          ///< the policy's memory
+  std::uint32_t running = 0;    ///< admitted requests
+  std::uint32_t waiting = 0;    ///< arrived, not admitted
+};
+
+/// The peak of each figure over a replay, each taken on its own (they need not coincide).
+struct replica_peaks {
+  time_us at = 0;                     ///< the last instant observed
+  memory_stats memory;                ///< the peak of each byte figure
+  double internal_fragmentation = 0;  ///< memory_stats::internal_fragmentation()
+  double sharing_saving = 0;          ///< memory_stats::sharing_saving()
   std::uint32_t running = 0;          ///< admitted requests
   std::uint32_t waiting = 0;          ///< arrived, not admitted
 };
@@ -61,8 +65,8 @@ class state_tracker {
   [[nodiscard]] double mean_used_bytes() const;
   [[nodiscard]] double mean_running() const;
   [[nodiscard]] double mean_waiting() const;
-  /// The peak of each field over every observed state.
-  [[nodiscard]] const replica_state& peak() const { return peak_; }
+  /// The peak of each figure over every observed state.
+  [[nodiscard]] const replica_peaks& peak() const { return peak_; }
 
  private:
   void integrate(time_us until);
@@ -71,7 +75,7 @@ class state_tracker {
   std::function<void(const replica_state&)> on_sample_;
   bool have_last_ = false;
   replica_state last_;
-  replica_state peak_;
+  replica_peaks peak_;
   time_us next_sample_ = 0;
   double total_us_ = 0;
   double mapped_us_ = 0;  // time with something mapped

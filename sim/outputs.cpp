@@ -2,7 +2,15 @@
 
 #include <fmt/format.h>
 
+#include "backends/units.hpp"
+
 namespace vtensor::sim {
+namespace {
+
+double gib(std::uint64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(k_gib); }
+double us(sim_ns t) { return static_cast<double>(t.count()) / 1000.0; }
+
+}  // namespace
 
 timeseries_writer::timeseries_writer(std::string path) : file_(std::move(path)) {
   file_.write(
@@ -12,8 +20,9 @@ timeseries_writer::timeseries_writer(std::string path) : file_(std::move(path)) 
 
 void timeseries_writer::on_sample(const replica_state& s) {
   file_.write(fmt::format("{:.6f},{},{},{},{},{},{:.6f},{:.6f},{},{}\n", static_cast<double>(s.at) / 1e6,
-                          s.physical_bytes, s.mapped_bytes, s.used_bytes, s.cached_bytes, s.logical_bytes,
-                          s.internal_fragmentation, s.sharing_saving, s.running, s.waiting));
+                          s.memory.physical_bytes, s.memory.mapped_bytes, s.memory.used_bytes, s.memory.cached_bytes,
+                          s.memory.logical_bytes, s.memory.internal_fragmentation(), s.memory.sharing_saving(), s.running,
+                          s.waiting));
 }
 
 chrome_trace_writer::chrome_trace_writer(std::string path) : file_(std::move(path)) {
@@ -35,17 +44,16 @@ void chrome_trace_writer::on_step(const step_record& s) {
       R"j("prefill_tokens":{},"admitted":{},"preempted":{},"compute_us":{:.1f},"memory_us":{:.1f},"vmm_us":{:.1f},)j"
       R"j("running":{},"waiting":{}}}}})j",
       s.start, s.duration_us, s.index, s.decode_seqs, s.prefill_seqs, s.prefill_tokens, s.admitted, s.preempted,
-      s.compute_us, s.memory_us, static_cast<double>(s.vmm_critical_ns) / 1000.0, s.running, s.waiting));
-  if (s.vmm_total_ns > 0) {
-    const time_us critical_us = (s.vmm_critical_ns + 999) / 1000;
+      s.compute_us, s.memory_us, us(s.vmm_critical), s.running, s.waiting));
+  if (s.vmm_total > sim_ns{0}) {
+    const time_us critical_us = std::chrono::ceil<sim_us>(s.vmm_critical).count();
     std::string calls;
     for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
       if (s.vmm_calls[k] != 0) calls += fmt::format(R"j(,"{}":{})j", to_string(static_cast<vmm_call>(k)), s.vmm_calls[k]);
     }
     event(fmt::format(
         R"j({{"name":"vmm","ph":"X","pid":1,"tid":2,"ts":{},"dur":{},"args":{{"critical_us":{:.1f},"charged_us":{:.1f}{}}}}})j",
-        s.start, critical_us, static_cast<double>(s.vmm_critical_ns) / 1000.0,
-        static_cast<double>(s.vmm_total_ns) / 1000.0, calls));
+        s.start, critical_us, us(s.vmm_critical), us(s.vmm_total), calls));
   }
 }
 
@@ -67,8 +75,8 @@ void chrome_trace_writer::on_request(const request_record& r) {
 void chrome_trace_writer::on_sample(const replica_state& s) {
   event(fmt::format(
       R"j({{"name":"memory (GiB)","ph":"C","pid":1,"ts":{},"args":{{"mapped":{:.3f},"cached":{:.3f},"idle":{:.3f}}}}})j",
-      s.at, static_cast<double>(s.mapped_bytes) / 1073741824.0, static_cast<double>(s.cached_bytes) / 1073741824.0,
-      static_cast<double>(s.physical_bytes - s.mapped_bytes - s.cached_bytes) / 1073741824.0));
+      s.at, gib(s.memory.mapped_bytes), gib(s.memory.cached_bytes),
+      gib(s.memory.physical_bytes - s.memory.mapped_bytes - s.memory.cached_bytes)));
   event(fmt::format(R"j({{"name":"requests","ph":"C","pid":1,"ts":{},"args":{{"running":{},"waiting":{}}}}})j", s.at,
                     s.running, s.waiting));
 }

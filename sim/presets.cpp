@@ -4,37 +4,22 @@
 #include <fmt/ranges.h>
 
 #include <array>
+
+#include "backends/units.hpp"
 #include <stdexcept>
 
 namespace vtensor::sim {
 namespace {
 
-constexpr std::uint64_t k_mib = std::uint64_t{1} << 20;
-
-// Measured versus peak:
-// - H200 SXM: dense bf16 GEMM measured ~790 TFLOP/s (989 datasheet peak); HBM3e copy bandwidth
-//   measured ~4.3 TB/s (4.8 peak). Memory: 141 GB on the datasheet, 143,771 MiB reported by
-//   nvidia-smi, of which 71,313 chunks of 2 MiB could be created (the measurement behind
-//   backend_config's default capacity): that figure is used.
-// - A100-80GB SXM: ~280 TFLOP/s is a realistic dense bf16 GEMM rate (312 peak); ~1.9 TB/s
-//   realistic bandwidth (2.0 peak, 2,039 GB/s). Not measured here. Memory: 81,920 MiB reported.
+// Note [GPU ceilings]
+// The step cost uses measured ceilings, not datasheet peaks (Note [Roofline step cost]), and the
+// memory a process could actually fill with 2 MiB chunks (the figure behind backend_config's
+// default capacity), not the datasheet's. The A100 row is a realistic rate below its peak, not a
+// measurement of ours. The figures, with peaks beside them: results/README.md, "Figures behind
+// the notes of core/ and sim/".
 const std::array<gpu_preset, 2> k_gpus{{
     {"h200", 790e12, 4.3e12, std::uint64_t{71'313} * 2 * k_mib},
     {"a100-80gb", 280e12, 1.9e12, std::uint64_t{81'920} * k_mib},
-}};
-
-struct model_row {
-  std::string_view name;
-  double params;
-  std::uint32_t hidden;  // query heads x head dim
-};
-// Parameter counts of the released checkpoints (embeddings and LM head included). The KV shape
-// (layers, KV heads, head dim) comes from core's model_preset().
-constexpr std::array<model_row, 4> k_models{{
-    {"llama-3-8b", 8.030e9, 32 * 128},
-    {"yi-6b", 6.061e9, 32 * 128},
-    {"yi-34b", 34.389e9, 56 * 128},
-    {"llama-3-70b", 70.554e9, 64 * 128},
 }};
 
 }  // namespace
@@ -57,15 +42,12 @@ std::uint64_t model_compute::weight_bytes_per_gpu() const {
 }
 
 model_compute model_compute_preset(std::string_view name, std::uint32_t tp) {
-  const model_row* row = nullptr;
-  for (const auto& m : k_models) {
-    if (m.name == name) row = &m;
-  }
-  const auto kv = model_preset(name);
-  if (row == nullptr || !kv) {
+  const model_preset_entry* row = find_model_preset(name);  // core's table (core/model_presets.hpp)
+  if (row == nullptr) {
     throw std::invalid_argument(
-        fmt::format("unknown model '{}' (known: {})", name, fmt::join(model_compute_names(), ", ")));
+        fmt::format("unknown model '{}' (known: {})", name, fmt::join(model_preset_names(), ", ")));
   }
+  const model_spec* kv = &row->kv;
   if (tp == 0 || kv->kv_heads % tp != 0) {
     throw std::invalid_argument(fmt::format("model '{}': tensor-parallel degree {} must divide its {} KV heads",
                                             name, tp, kv->kv_heads));
@@ -80,12 +62,6 @@ model_compute model_compute_preset(std::string_view name, std::uint32_t tp) {
   m.kv = *kv;
   m.kv.kv_heads /= tp;
   return m;
-}
-
-std::vector<std::string> model_compute_names() {
-  std::vector<std::string> names;
-  for (const auto& m : k_models) names.emplace_back(m.name);
-  return names;
 }
 
 step_cost roofline(const model_compute& model, const gpu_preset& gpu, const step_work& work, double overhead_s) {

@@ -50,7 +50,7 @@ struct gpu_preset {
 
 /// What the step cost needs of a model, on one GPU of a tensor-parallel replica.
 struct model_compute {
-  std::string name;                 ///< preset name, as in core's model_preset()
+  std::string name;                 ///< preset name, from core's table (model_presets())
   double params = 0;                ///< parameters of the whole model
   std::uint32_t layers = 0;         ///< transformer layers
   std::uint32_t hidden = 0;         ///< attention width: query heads x head dim
@@ -67,8 +67,6 @@ struct model_compute {
 /// Model `name` split over `tp` GPUs. Throws std::invalid_argument for an unknown name (the
 /// message lists the known ones) or a `tp` that is zero or does not divide the KV heads.
 [[nodiscard]] model_compute model_compute_preset(std::string_view name, std::uint32_t tp = 1);
-/// Names of the model presets.
-[[nodiscard]] std::vector<std::string> model_compute_names();
 
 /// The work of one step, summed over its sequences (Note [Roofline step cost]).
 struct step_work {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "backends/units.hpp"
+
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -60,6 +62,7 @@ replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const
   }
   if (!rep.drained()) throw std::logic_error("replay ended with requests still in the replica");
   rep.close();
+  policy.settle();  // the worker's figures are final, and the check below sees a quiet state
   policy.check_invariants();
 
   replay_summary s;
@@ -115,28 +118,27 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   j["admitted_prompt_tokens"] = c.admitted_prompt_tokens;
   j["output_tokens"] = c.output_tokens;
   j["prefix_hit_tokens"] = c.hit_tokens;
-  j["prefix_hit_rate"] = c.prompt_tokens == 0 ? 0.0
-                                               : static_cast<double>(c.hit_tokens) / static_cast<double>(c.prompt_tokens);
+  j["prefix_hit_rate"] = prefix_hit_rate(c.hit_tokens, c.prompt_tokens);
   j["prefill_tokens"] = c.prefill_tokens;
   j["recomputed_tokens"] = c.recomputed_tokens;
-  j["peak_physical_bytes"] = s.peak.physical_bytes;
-  j["peak_mapped_bytes"] = s.peak.mapped_bytes;
-  j["peak_used_bytes"] = s.peak.used_bytes;
-  j["peak_cached_bytes"] = s.peak.cached_bytes;
+  j["peak_physical_bytes"] = s.peak.memory.physical_bytes;
+  j["peak_mapped_bytes"] = s.peak.memory.mapped_bytes;
+  j["peak_used_bytes"] = s.peak.memory.used_bytes;
+  j["peak_cached_bytes"] = s.peak.memory.cached_bytes;
   j["mean_physical_bytes"] = s.mean_physical_bytes;
   j["mean_mapped_bytes"] = s.mean_mapped_bytes;
   j["mean_used_bytes"] = s.mean_used_bytes;
   j["mean_internal_fragmentation"] = s.mean_internal_fragmentation;
   j["peak_internal_fragmentation"] = s.peak.internal_fragmentation;
   j["mean_sharing_saving"] = s.mean_sharing_saving;
-  j["final_physical_bytes"] = s.final_memory.physical_bytes;
-  j["final_cached_bytes"] = s.final_memory.cached_bytes;
+  j["final_physical_bytes"] = s.final_memory.memory.physical_bytes;
+  j["final_cached_bytes"] = s.final_memory.memory.cached_bytes;
   j["evictions"] = s.final_memory.evictions;
   j["cow_bytes"] = c.cow_bytes;
   j["vmm_calls"] = vmm_calls;
   j["vmm_time_us_by_call"] = vmm_time;
   j["vmm_time_us"] = static_cast<double>(s.final_memory.vmm.total_time_ns()) / 1000.0;
-  j["vmm_critical_time_us"] = static_cast<double>(c.vmm_critical_ns) / 1000.0;
+  j["vmm_critical_time_us"] = static_cast<double>(c.vmm_critical.count()) / 1000.0;
   j["ttft_ms"] = latency_json(s.ttft);
   j["tpot_ms"] = latency_json(s.tpot);
   j["e2e_ms"] = latency_json(s.e2e);
@@ -184,8 +186,8 @@ std::uint64_t parse_byte_size(std::string_view text) {
     double factor;
   };
   constexpr std::array<suffix, 10> units{{{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-                                          {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                                          {"TiB", 1099511627776.0}}};
+                                          {"KiB", double(k_kib)}, {"MiB", double(k_mib)}, {"GiB", double(k_gib)},
+                                          {"TiB", double(k_gib * k_kib)}}};
   for (const auto& u : units) {
     if (u.name == unit) {
       const double bytes = value * u.factor;

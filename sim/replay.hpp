@@ -42,7 +42,7 @@ struct replay_config {
 struct replay_summary {
   replica_counters counters;      ///< the replica's totals
   kv_stats final_memory;          ///< the policy's state at the end
-  replica_state peak;             ///< peaks over the replay
+  replica_peaks peak;             ///< peaks over the replay
   double mean_internal_fragmentation = 0;  ///< over the time something was mapped
   double mean_sharing_saving = 0;          ///< over the time some request was live
   double mean_physical_bytes = 0;          ///< time-weighted

@@ -6,16 +6,6 @@
 
 namespace vtensor::sim {
 
-std::string_view to_string(over_context_policy p) {
-  return p == over_context_policy::reject ? "reject" : "truncate";
-}
-
-std::optional<over_context_policy> over_context_policy_from_string(std::string_view name) {
-  if (name == "reject") return over_context_policy::reject;
-  if (name == "truncate") return over_context_policy::truncate;
-  return std::nullopt;
-}
-
 /// A request inside the replica.
 struct replica::live_request {
   std::uint64_t id = 0;
@@ -109,13 +99,7 @@ void replica::observe() {
   const kv_stats s = policy_.stats();
   replica_state st;
   st.at = queue_.now();
-  st.physical_bytes = s.physical_bytes;
-  st.mapped_bytes = s.mapped_bytes;
-  st.used_bytes = s.used_bytes;
-  st.cached_bytes = s.cached_bytes;
-  st.logical_bytes = s.logical_bytes;
-  st.internal_fragmentation = s.internal_fragmentation();
-  st.sharing_saving = s.sharing_saving();
+  st.memory = s.memory;
   st.running = static_cast<std::uint32_t>(running_.size());
   st.waiting = static_cast<std::uint32_t>(waiting_.size());
   tracker_.observe(st);
@@ -199,12 +183,12 @@ void replica::admit_waiting(std::uint32_t& budget) {
 
 void replica::start_step() {
   step_wall_start_ = std::chrono::steady_clock::now();
-  policy_.advance_to(queue_.now());
+  policy_.advance_to(sim_us{queue_.now()});
   in_step_ = true;
   batch_.clear();
   step_preempted_ = 0;
-  const std::uint64_t vmm_start = policy_.vmm_time_ns();
-  const std::uint64_t critical_start = policy_.critical_vmm_ns();
+  const sim_ns vmm_start = policy_.vmm_time();
+  const sim_ns critical_start = policy_.critical_vmm_time();
   std::uint32_t budget = config_.token_budget;
 
   // 1. Decode: one token for each running request past its prefill, oldest first.
@@ -223,16 +207,24 @@ void replica::start_step() {
   const std::size_t running_before = running_.size();
   admit_waiting(budget);
   const auto admitted = static_cast<std::uint32_t>(running_.size() - running_before);
-  const std::uint64_t vmm_end = policy_.vmm_time_ns();
 
   if (batch_.empty()) {  // nothing could run (everything waiting was rejected)
     in_step_ = false;
     observe();
     return;
   }
-
-  step_work work;
+  // Note [VMM time on the critical path].
   step_record rec;
+  rec.admitted = admitted;
+  rec.vmm_critical = policy_.critical_vmm_time() - critical_start + pending_release_critical_;
+  rec.vmm_total = policy_.vmm_time() - vmm_start + pending_release_vmm_;
+  run_step(rec);
+}
+
+// Prices the batch just built (rec holds its admissions and VMM time), tells the observers and
+// schedules the step's end.
+void replica::run_step(step_record& rec) {
+  step_work work;
   for (const batch_entry& e : batch_) {
     work.add_sequence(e.r->kv_tokens, e.tokens);
     if (e.decode) {
@@ -243,30 +235,26 @@ void replica::start_step() {
     }
   }
   const step_cost cost = roofline(model_, gpu_, work, config_.step_overhead_s);
-  // Note [VMM time on the critical path].
-  const std::uint64_t critical_ns = policy_.critical_vmm_ns() - critical_start + pending_release_ns_;
-  const auto duration = static_cast<time_us>(std::ceil(cost.total_s() * 1e6)) + (critical_ns + 999) / 1000;
+  const auto duration =
+      static_cast<time_us>(std::ceil(cost.total_s() * 1e6)) + std::chrono::ceil<sim_us>(rec.vmm_critical).count();
 
   rec.index = counters_.steps;
   rec.start = queue_.now();
   rec.duration_us = std::max<time_us>(duration, 1);
-  rec.admitted = admitted;
   rec.preempted = step_preempted_;
   rec.compute_us = cost.compute_s * 1e6;
   rec.memory_us = cost.memory_s * 1e6;
-  rec.vmm_critical_ns = critical_ns;
-  rec.vmm_total_ns = vmm_end - vmm_start + pending_release_vmm_ns_;
   const auto calls_now = policy_.stats().vmm.calls;
   for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
   last_step_calls_ = calls_now;
   rec.running = static_cast<std::uint32_t>(running_.size());
   rec.waiting = static_cast<std::uint32_t>(waiting_.size());
-  pending_release_ns_ = 0;
-  pending_release_vmm_ns_ = 0;
+  pending_release_critical_ = sim_ns{0};
+  pending_release_vmm_ = sim_ns{0};
 
   ++counters_.steps;
   counters_.busy_us += rec.duration_us;
-  counters_.vmm_critical_ns += critical_ns;
+  counters_.vmm_critical += rec.vmm_critical;
   if (cost.compute_bound()) counters_.compute_bound_steps += 1;
   counters_.prefill_tokens += rec.prefill_tokens;
   for (auto* o : observers_) o->on_step(rec);
@@ -275,11 +263,11 @@ void replica::start_step() {
 }
 
 void replica::finish(live_request& r) {
-  const std::uint64_t before = policy_.critical_vmm_ns();
-  const std::uint64_t vmm_before = policy_.vmm_time_ns();
+  const sim_ns critical_before = policy_.critical_vmm_time();
+  const sim_ns vmm_before = policy_.vmm_time();
   policy_.release(request_id{r.id}, release_reason::finished);
-  pending_release_ns_ += policy_.critical_vmm_ns() - before;
-  pending_release_vmm_ns_ += policy_.vmm_time_ns() - vmm_before;
+  pending_release_critical_ += policy_.critical_vmm_time() - critical_before;
+  pending_release_vmm_ += policy_.vmm_time() - vmm_before;
   ++counters_.completed;
   const time_us now = queue_.now();
   ttft_us_.push_back(r.first_token - r.arrival);
@@ -301,7 +289,7 @@ void replica::finish(live_request& r) {
 
 void replica::end_step() {
   const time_us now = queue_.now();
-  policy_.advance_to(now);
+  policy_.advance_to(sim_us{now});
   bool any_done = false;
   for (const batch_entry& e : batch_) {
     live_request& r = *e.r;

@@ -32,7 +32,8 @@
 /// file), on every backend: on `cuda` the measured time is reported but never reaches the clock,
 /// so that a replay over `cuda` makes the very decisions of one over `sim` and the two compare
 /// step by step (`vtensor replay --compare-backends sim,cuda`). A step's duration is its roofline
-/// cost plus the VMM time of the step thread (kv_policy::critical_vmm_ns()):
+/// cost plus the VMM time of the step thread (kv_policy::critical_vmm_time()), rounded up to a
+/// whole microsecond:
 /// - the calls the step thread makes itself: admissions (create: reserve, map, set access),
 ///   growth (extend) that is not handed to the worker, and releases (finish, preempt: unmap)
 ///   done at the previous step's end;
@@ -58,6 +59,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/enum_names.hpp"
 #include "sim/event_queue.hpp"
 #include "sim/kv_policy.hpp"
 #include "sim/metrics.hpp"
@@ -68,8 +70,13 @@ namespace vtensor::sim {
 
 /// What to do with a request longer than the context (Note [Requests longer than the context]).
 enum class over_context_policy : std::uint8_t { reject, truncate };
-[[nodiscard]] std::string_view to_string(over_context_policy p);
-[[nodiscard]] std::optional<over_context_policy> over_context_policy_from_string(std::string_view name);
+/// The policies' names, as users type them.
+inline constexpr enum_names<over_context_policy, 2> k_over_context_policy_names{
+    {{{over_context_policy::reject, "reject"}, {over_context_policy::truncate, "truncate"}}}};
+[[nodiscard]] inline std::string_view to_string(over_context_policy p) { return k_over_context_policy_names.name(p); }
+[[nodiscard]] inline std::optional<over_context_policy> over_context_policy_from_string(std::string_view name) {
+  return k_over_context_policy_names.parse(name);
+}
 
 /// Batching and cost settings of a replica.
 struct replica_config {
@@ -95,8 +102,8 @@ struct step_record {
   std::uint32_t preempted = 0;       ///< requests preempted while building it
   double compute_us = 0;             ///< roofline compute side
   double memory_us = 0;              ///< roofline memory side
-  std::uint64_t vmm_critical_ns = 0;  ///< VMM time added to the step
-  std::uint64_t vmm_total_ns = 0;     ///< VMM time charged while building it (critical or not)
+  sim_ns vmm_critical{};             ///< VMM time added to the step
+  sim_ns vmm_total{};                ///< VMM time charged while building it (critical or not)
   std::array<std::uint64_t, k_vmm_call_kinds> vmm_calls{};  ///< VMM calls by kind since the previous step was built
   std::uint32_t running = 0;         ///< running after admission
   std::uint32_t waiting = 0;         ///< waiting after admission
@@ -143,7 +150,7 @@ struct replica_counters {
   std::uint64_t cow_bytes = 0;        ///< bytes copied at admission
   std::uint64_t steps = 0;            ///< steps run
   std::uint64_t busy_us = 0;          ///< time spent in steps
-  std::uint64_t vmm_critical_ns = 0;  ///< VMM time added to steps
+  sim_ns vmm_critical{};              ///< VMM time added to steps
   double compute_bound_steps = 0;     ///< steps bound by compute
   std::uint64_t step_wall_ns = 0;     ///< measured: wall time from building each step to its end (releases included)
 };
@@ -188,6 +195,7 @@ class replica {
   };
 
   void start_step();
+  void run_step(step_record& rec);
   void end_step();
   void admit_waiting(std::uint32_t& budget);
   bool decode_grow(std::size_t index);
@@ -208,9 +216,9 @@ class replica {
   std::vector<std::unique_ptr<live_request>> running_;  // admission order
   std::vector<batch_entry> batch_;
   bool in_step_ = false;
-  std::uint64_t pending_release_ns_ = 0;      // critical VMM time of releases since the last step was built
+  sim_ns pending_release_critical_{};  // critical VMM time of releases since the last step was built
+  sim_ns pending_release_vmm_{};       // all VMM time of those releases
   std::array<std::uint64_t, k_vmm_call_kinds> last_step_calls_{};  // VMM calls when the previous step was built
-  std::uint64_t pending_release_vmm_ns_ = 0;  // all VMM time of those releases
   std::uint32_t step_preempted_ = 0;
   std::chrono::steady_clock::time_point step_wall_start_;  // measured only, never decides
   replica_counters counters_;

@@ -27,10 +27,9 @@ step_emulator::step_emulator(double scale) : scale_(scale) {
 }
 
 void step_emulator::on_step(const step_record& s) {
-  const std::uint64_t vmm_us = (s.vmm_critical_ns + 999) / 1000;
+  const std::uint64_t vmm_us = std::chrono::ceil<sim_us>(s.vmm_critical).count();
   const std::uint64_t compute_us = s.duration_us > vmm_us ? s.duration_us - vmm_us : 0;
   const auto ns = static_cast<std::uint64_t>(std::llround(static_cast<double>(compute_us) * 1000.0 * scale_));
-  requested_ns_ += ns;
   emulated_ns_ += spend_wall_ns(ns);
 }
 

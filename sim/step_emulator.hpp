@@ -20,13 +20,10 @@ class step_emulator final : public replica_observer {
   void on_step(const step_record& s) override;
   /// Wall time spent emulating, nanoseconds.
   [[nodiscard]] std::uint64_t emulated_ns() const { return emulated_ns_; }
-  /// Emulated time asked for, nanoseconds.
-  [[nodiscard]] std::uint64_t requested_ns() const { return requested_ns_; }
 
  private:
   double scale_;
   std::uint64_t emulated_ns_ = 0;
-  std::uint64_t requested_ns_ = 0;
 };
 
 /// Spends `ns` nanoseconds of wall time (sleep, then spin); returns the time actually spent.

@@ -24,54 +24,60 @@ void step_log::on_step(const step_record& s) {
   e.preempted = s.preempted;
   e.running = s.running;
   e.waiting = s.waiting;
-  e.physical_chunks = m.physical_bytes / k_chunk_bytes;
-  e.mapped_chunks = m.mapped_bytes / k_chunk_bytes;
-  e.cached_chunks = m.cached_bytes / k_chunk_bytes;
-  e.free_pool_chunks = m.free_pool_bytes / k_chunk_bytes;
-  e.used_bytes = m.used_bytes;
-  e.logical_bytes = m.logical_bytes;
-  e.internal_fragmentation = m.internal_fragmentation();
+  e.memory = m.memory;
   e.chunks_created = m.chunks_created;
-  e.vmm_critical_ns = s.vmm_critical_ns;
+  e.vmm_critical = s.vmm_critical;
   steps_.push_back(e);
 }
+
+namespace {
+
+std::uint64_t chunks(std::uint64_t bytes) { return bytes / k_chunk_bytes; }
+
+/// The first field of `y` that differs from `x`'s, as "step 12 (simulated 3400 us): mapped_chunks 40 vs 41".
+std::optional<std::string> first_difference(const step_entry& x, const step_entry& y, bool with_free_pool) {
+  const auto differ = [&](std::string_view field, auto u, auto v) -> std::optional<std::string> {
+    if (u == v) return std::nullopt;
+    return fmt::format("step {} (simulated {} us): {} {} vs {}", x.index, x.start, field, u, v);
+  };
+  const memory_stats& a = x.memory;
+  const memory_stats& b = y.memory;
+#define VTENSOR_COMPARE(name, u, v) \
+  if (auto d = differ(name, u, v)) return d;
+  VTENSOR_COMPARE("start", x.start, y.start)
+  VTENSOR_COMPARE("duration_us", x.duration_us, y.duration_us)
+  VTENSOR_COMPARE("decode_seqs", x.decode_seqs, y.decode_seqs)
+  VTENSOR_COMPARE("prefill_seqs", x.prefill_seqs, y.prefill_seqs)
+  VTENSOR_COMPARE("prefill_tokens", x.prefill_tokens, y.prefill_tokens)
+  VTENSOR_COMPARE("admitted", x.admitted, y.admitted)
+  VTENSOR_COMPARE("preempted", x.preempted, y.preempted)
+  VTENSOR_COMPARE("running", x.running, y.running)
+  VTENSOR_COMPARE("waiting", x.waiting, y.waiting)
+  VTENSOR_COMPARE("mapped_chunks", chunks(a.mapped_bytes), chunks(b.mapped_bytes))
+  VTENSOR_COMPARE("cached_chunks", chunks(a.cached_bytes), chunks(b.cached_bytes))
+  VTENSOR_COMPARE("used_bytes", a.used_bytes, b.used_bytes)
+  VTENSOR_COMPARE("logical_bytes", a.logical_bytes, b.logical_bytes)
+  VTENSOR_COMPARE("internal_fragmentation", a.internal_fragmentation(), b.internal_fragmentation())
+  VTENSOR_COMPARE("vmm_critical_ns", x.vmm_critical.count(), y.vmm_critical.count())
+  if (with_free_pool) {
+    VTENSOR_COMPARE("physical_chunks", chunks(a.physical_bytes), chunks(b.physical_bytes))
+    VTENSOR_COMPARE("free_pool_chunks", chunks(a.free_pool_bytes), chunks(b.free_pool_bytes))
+    VTENSOR_COMPARE("chunks_created", x.chunks_created, y.chunks_created)
+  } else {
+    VTENSOR_COMPARE("physical_chunks net of the free pool", chunks(a.physical_bytes) - chunks(a.free_pool_bytes),
+                    chunks(b.physical_bytes) - chunks(b.free_pool_bytes))
+  }
+#undef VTENSOR_COMPARE
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::optional<std::string> compare_step_logs(const std::vector<step_entry>& a, const std::vector<step_entry>& b,
                                              bool with_free_pool) {
   const std::size_t n = std::min(a.size(), b.size());
   for (std::size_t i = 0; i < n; ++i) {
-    const step_entry& x = a[i];
-    const step_entry& y = b[i];
-    const auto differ = [&](std::string_view field, auto u, auto v) -> std::optional<std::string> {
-      if (u == v) return std::nullopt;
-      return fmt::format("step {} (simulated {} us): {} {} vs {}", x.index, x.start, field, u, v);
-    };
-#define VTENSOR_COMPARE(field) \
-  if (auto d = differ(#field, x.field, y.field)) return d;
-    VTENSOR_COMPARE(start)
-    VTENSOR_COMPARE(duration_us)
-    VTENSOR_COMPARE(decode_seqs)
-    VTENSOR_COMPARE(prefill_seqs)
-    VTENSOR_COMPARE(prefill_tokens)
-    VTENSOR_COMPARE(admitted)
-    VTENSOR_COMPARE(preempted)
-    VTENSOR_COMPARE(running)
-    VTENSOR_COMPARE(waiting)
-    VTENSOR_COMPARE(mapped_chunks)
-    VTENSOR_COMPARE(cached_chunks)
-    VTENSOR_COMPARE(used_bytes)
-    VTENSOR_COMPARE(logical_bytes)
-    VTENSOR_COMPARE(internal_fragmentation)
-    VTENSOR_COMPARE(vmm_critical_ns)
-    if (with_free_pool) {
-      VTENSOR_COMPARE(physical_chunks)
-      VTENSOR_COMPARE(free_pool_chunks)
-      VTENSOR_COMPARE(chunks_created)
-    } else if (auto d = differ("physical_chunks net of the free pool", x.physical_chunks - x.free_pool_chunks,
-                               y.physical_chunks - y.free_pool_chunks)) {
-      return d;
-    }
-#undef VTENSOR_COMPARE
+    if (auto d = first_difference(a[i], b[i], with_free_pool)) return d;
   }
   if (a.size() != b.size()) return fmt::format("step counts differ: {} vs {}", a.size(), b.size());
   return std::nullopt;

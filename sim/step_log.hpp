@@ -25,15 +25,9 @@ struct step_entry {
   std::uint32_t preempted = 0;       ///< preempted building it
   std::uint32_t running = 0;         ///< running after admission
   std::uint32_t waiting = 0;         ///< waiting after admission
-  std::uint64_t physical_chunks = 0;   ///< chunks held
-  std::uint64_t mapped_chunks = 0;     ///< chunks mapped
-  std::uint64_t cached_chunks = 0;     ///< chunks held for the prefix cache only
-  std::uint64_t free_pool_chunks = 0;  ///< idle chunks kept for reuse
-  std::uint64_t used_bytes = 0;        ///< valid KV bytes
-  std::uint64_t logical_bytes = 0;     ///< live tokens x bytes per token
-  double internal_fragmentation = 0;   ///< 1 - used / mapped
+  memory_stats memory;                 ///< the policy's memory
   std::uint64_t chunks_created = 0;    ///< chunks created so far (successful cuMemCreate; the worker's once adopted)
-  std::uint64_t vmm_critical_ns = 0;   ///< modelled VMM time on the step
+  sim_ns vmm_critical{};               ///< modelled VMM time on the step
 };
 
 /// Chunk creation after warm-up: warm-up is the first `warmup_steps` steps.
@@ -70,8 +64,8 @@ class step_log final : public replica_observer {
   std::vector<step_entry> steps_;
 };
 
-/// Compares two logs step by step: batch, timing, chunk counts, bytes and fragmentation must be
-/// identical. With `with_free_pool` false, the free pool (filled by the worker at wall-clock
+/// Compares two logs step by step: batch, timing, chunk counts (bytes / 2 MiB), bytes and
+/// fragmentation must be identical. With `with_free_pool` false, the free pool (filled by the worker at wall-clock
 /// times when creating ahead) is left out: physical chunks are compared net of it. Returns the
 /// first mismatch ("step 12: mapped_chunks 40 vs 41"), or nullopt when identical.
 [[nodiscard]] std::optional<std::string> compare_step_logs(const std::vector<step_entry>& a,

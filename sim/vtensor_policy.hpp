@@ -8,23 +8,28 @@
 /// Note [Mapping worker model]
 /// With asynchronous lookahead the manager hands lookahead mappings to a background worker. The
 /// simulated clock models that worker; it must not read wall time, so that a replay over `cuda`
-/// decides exactly as one over `sim`. The model:
+/// decides exactly as one over `sim`. The model reads what each manager call did (its
+/// op_effects, Note [Effects of a call] in core/scheduler.cpp) and re-derives nothing:
 /// - step-thread time: the step's simulated start (advance_to) plus the modelled price of every
 ///   call the step thread made since, plus the waits below;
-/// - a job: after each create or extend, the pages the request gained beyond those the step
-///   thread mapped itself (view().mapped_tokens against the step thread's map calls) went to the
-///   worker, priced map + set-access per chunk. The worker clock starts the job at max(worker
-///   clock, step-thread time) and ends it its price later; the request remembers that end;
-/// - a wait: when an extend needs a page the worker has not mapped (the core's test: needed
-///   pages > ready pages), or a release finds the request's job still running, the step thread
-///   waits until the request's last job ends (the core waits on the request's last ticket too);
+/// - a job: the pages a create or extend handed to the worker (`worker_pages`, ticket
+///   `worker_job`), priced map + set-access per chunk. The worker clock starts the job at
+///   max(worker clock, step-thread time after the call's own calls) and ends it its price later;
+///   the request remembers that end with the ticket;
+/// - a wait: when a call waited for a job (`waited_job`: an extend that needs a page the worker
+///   was given, a release undoing the request's mappings), the step thread waits until that
+///   job's modelled end. An extend waits after the pages it mapped itself (`step_pages` > 0),
+///   else from its start;
 /// - the chunks of lookahead pages are allocated by the step thread (only their mapping is
 ///   deferred), so their creation stays on the clock unless chunks are created ahead;
 /// - not modelled: the driver serialising the worker against the step thread's own calls, and
 ///   chunk creation ahead (create_ahead > 0), which is taken as idle-time work: the step thread's
 ///   creates are then left off the clock, since whether a chunk came from the worker's stock is
 ///   a matter of wall time.
-/// Without asynchronous lookahead no job exists and the clock is the step thread's calls alone.
+/// Without the worker no call hands out a job or waits, and the clock is the step thread's calls
+/// alone. The core decides when an extend waits from its own record of which pages are ready;
+/// settling the manager marks every page ready, so the policy settles only when the replay is
+/// over (kv_policy::settle()), never in between: checking invariants does not settle.
 
 #include <cstdint>
 #include <memory>
@@ -77,42 +82,42 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] vtensor_vmm_report report() const;
 
  private:
-  struct request_model {
-    std::uint32_t mapped_pages = 0;  // pages mapped or queued
-    std::uint32_t ready_pages = 0;   // pages known to be in place
-    std::uint64_t done_ns = 0;       // modelled end of its last worker job
+  struct worker_job {
+    std::uint64_t ticket = 0;  // the core's ticket
+    sim_ns done{};             // its modelled end
   };
 
   kv_admit_result do_admit(const kv_request& r) override;
   bool do_grow(request_id id, std::uint64_t tokens) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
-  [[nodiscard]] std::uint64_t do_vmm_time_ns() const override;
-  [[nodiscard]] std::uint64_t do_critical_vmm_ns() const override { return critical_ns_; }
-  void do_advance_to(std::uint64_t now_us) override;
-  [[nodiscard]] bool do_maps_ahead() const override;
+  [[nodiscard]] sim_ns do_vmm_time() const override;
+  [[nodiscard]] sim_ns do_critical_vmm_time() const override { return critical_; }
+  void do_advance_to(sim_us now) override;
+  void do_settle() override { manager_->settle(); }
   [[nodiscard]] std::string do_name() const override { return "vtensor"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
-  void do_check_invariants() const override;
+  void do_check_invariants() const override { manager_->check_invariants(); }
 
-  [[nodiscard]] std::uint64_t step_model_ns() const;  // step thread's priced calls (creates excluded with create-ahead)
-  [[nodiscard]] std::uint64_t now_ns() const { return origin_ns_ + (critical_ns_ - critical_at_origin_); }
-  void book_step_calls();                              // adds the step thread's new calls to the clock
-  void wait_for(const request_model& m, std::uint64_t at_ns);  // a modelled wait, from at_ns, for m's last job
-  void submit(request_model& m, std::uint32_t pages);  // a modelled worker job of `pages` pages
-  [[nodiscard]] std::uint32_t mapped_pages(request_id id) const;
+  [[nodiscard]] sim_ns step_model_time() const;  // step thread's priced calls (creates excluded with create-ahead)
+  [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
+  void book_step_calls();                        // adds the step thread's new calls to the clock
+  void wait_for(request_id id, std::uint64_t ticket, sim_ns from);  // a modelled wait, from `from`, for job `ticket`
+  void submit(request_id id, const op_effects& fx);                 // the job a call handed to the worker
 
   vtensor_policy_options options_;
   std::unique_ptr<vmm_backend> backend_owner_;     // outlives manager_ (declared first)
   accounting_backend* backend_;                    // backend_owner_, as its type
   std::unique_ptr<manager> manager_;
-  std::unordered_map<std::uint64_t, request_model> requests_;
-  std::uint64_t booked_model_ns_ = 0;    // step_model_ns() already on the clock
-  std::uint64_t critical_ns_ = 0;        // step-thread calls + waits, modelled
-  std::uint64_t origin_ns_ = 0;          // simulated time of the last advance_to
-  std::uint64_t critical_at_origin_ = 0;  // critical_ns_ then
-  std::uint64_t worker_free_ns_ = 0;     // the worker clock
-  std::uint64_t jobs_ = 0, job_model_ns_ = 0, waits_ = 0, wait_ns_ = 0;
+  std::unordered_map<std::uint64_t, worker_job> last_job_;  // request id -> its last job
+  sim_ns booked_{};              // step_model_time() already on the clock
+  sim_ns critical_{};            // step-thread calls + waits, modelled
+  sim_ns origin_{};              // simulated time of the last advance_to
+  sim_ns critical_at_origin_{};  // critical_ then
+  sim_ns worker_free_{};         // the worker clock
+  sim_ns job_time_{};            // modelled price of the jobs
+  sim_ns wait_time_{};           // modelled waits
+  std::uint64_t jobs_ = 0, waits_ = 0;
 };
 
 }  // namespace vtensor::sim

@@ -263,15 +263,15 @@ class validator {
     const std::uint64_t now = used_now();
     const std::uint64_t used = now - std::min(now, baseline_used_);
     const std::uint64_t live_bytes = backend_->live().chunks * k_chunk_bytes;
-    const std::uint64_t diff = used > s.physical_bytes ? used - s.physical_bytes : s.physical_bytes - used;
-    mem_samples_.push_back({{"at", where}, {"physical_bytes", s.physical_bytes}, {"driver_used_delta_bytes", used},
+    const std::uint64_t diff = used > s.memory.physical_bytes ? used - s.memory.physical_bytes : s.memory.physical_bytes - used;
+    mem_samples_.push_back({{"at", where}, {"physical_bytes", s.memory.physical_bytes}, {"driver_used_delta_bytes", used},
                             {"difference_bytes", diff}, {"backend_live_chunk_bytes", live_bytes}});
     max_diff_ = std::max(max_diff_, diff);
-    if (diff > o_.overhead_bytes || live_bytes != s.physical_bytes) {
+    if (diff > o_.overhead_bytes || live_bytes != s.memory.physical_bytes) {
       mem_ok_ = false;
       if (mem_fail_.empty()) {
         mem_fail_ = fmt::format("{}: driver used delta {} vs physical {} (backend holds {})", where, bytes_text(used),
-                                bytes_text(s.physical_bytes), bytes_text(live_bytes));
+                                bytes_text(s.memory.physical_bytes), bytes_text(live_bytes));
       }
     }
   }
@@ -295,7 +295,7 @@ class validator {
       const std::uint64_t id = next_id_++;
       const std::uint64_t tokens = std::min(prompt(rng_), o_.context_tokens / 2);
       if (!m_->create(request_id{id}, fresh_blocks(tokens), tokens).ok()) throw std::runtime_error("check 1: create ran out of memory");
-      if (m_->extend(request_id{id}, std::min(grow(rng_), o_.context_tokens / 2)) != alloc_status::ok) {
+      if (m_->extend(request_id{id}, std::min(grow(rng_), o_.context_tokens / 2)).status != alloc_status::ok) {
         throw std::runtime_error("check 1: extend ran out of memory");
       }
       live_[id];
@@ -358,7 +358,7 @@ class validator {
     batch.clear();
     std::uniform_int_distribution<std::uint64_t> grow(1, 2 * tokens_per_chunk_);
     for (std::uint64_t id : family) {
-      if (m_->extend(request_id{id}, grow(rng_)) != alloc_status::ok) throw std::runtime_error("check 2: extend failed");
+      if (m_->extend(request_id{id}, grow(rng_)).status != alloc_status::ok) throw std::runtime_error("check 2: extend failed");
       const std::uint32_t shared = id == parent ? static_cast<std::uint32_t>(tokens * bpt_ / k_chunk_bytes)
                                                 : live_[id].shared_pages;
       const std::uint64_t own_from = std::uint64_t{shared} * k_chunk_bytes;
@@ -577,7 +577,7 @@ class validator {
     const std::uint64_t request_bytes = geometry_pages(f.failing_tokens) * tensors_ * k_chunk_bytes;
     // Full: what the failed create needed exceeds what could still be created plus the free pool.
     const bool filled =
-        full.physical_bytes <= cap && cap - full.physical_bytes + full.free_pool_bytes < request_bytes;
+        full.memory.physical_bytes <= cap && cap - full.memory.physical_bytes + full.memory.free_pool_bytes < request_bytes;
     const auto [preempted, retried] = preempt_until_fits(f);
     m_->check_invariants();
     const gpu_check_result after = verify_all();
@@ -596,15 +596,15 @@ class validator {
         "{} creates ({} finished into the cache) in {:.1f} s filled {} of {} ({} chunks), {} prefix evictions, then "
         "needs_preemption{}; {} verified{}; {} preempted, retry {}; after shutdown: backend holds {} ranges, {} chunks, "
         "{} mappings, driver used {} from start (bound {})",
-        f.creates, f.finished, f.seconds, bytes_text(full.physical_bytes), bytes_text(cap),
-        full.physical_bytes / k_chunk_bytes, evicted, filled ? "" : " (NOT full)", bytes_text(data.words_checked * 4),
+        f.creates, f.finished, f.seconds, bytes_text(full.memory.physical_bytes), bytes_text(cap),
+        full.memory.physical_bytes / k_chunk_bytes, evicted, filled ? "" : " (NOT full)", bytes_text(data.words_checked * 4),
         data.ok() && after.ok() ? ", 0 mismatches" : " WRONG: " + mismatch_text(data.ok() ? after : data), preempted,
         retried ? "ok" : "FAILED", left.ranges, left.chunks, left.mappings, bytes_text(leak),
         bytes_text(o_.overhead_bytes));
     c.figures = {{"creates", f.creates},
                  {"finished", f.finished},
                  {"fill_seconds", f.seconds},
-                 {"physical_bytes_full", full.physical_bytes},
+                 {"physical_bytes_full", full.memory.physical_bytes},
                  {"cap_bytes", cap},
                  {"evicted_nodes", evicted},
                  {"preemption_signals", signals},

@@ -10,22 +10,6 @@
 
 namespace vtensor::traces {
 
-std::string_view to_string(trace_format format) noexcept {
-  switch (format) {
-  case trace_format::mooncake: return "mooncake";
-  case trace_format::azure: return "azure";
-  case trace_format::vtensor: return "vtensor";
-  }
-  return "unknown";
-}
-
-std::optional<trace_format> parse_trace_format(std::string_view name) noexcept {
-  for (const auto format : {trace_format::mooncake, trace_format::azure, trace_format::vtensor}) {
-    if (name == to_string(format)) return format;
-  }
-  return std::nullopt;
-}
-
 trace_reader::trace_reader(std::string path, trace_format format, field_names fields,
                            std::uint32_t block_tokens)
     : path_(std::move(path)), format_(format), fields_(std::move(fields)),

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "backends/enum_names.hpp"
 #include "traces/trace_request.hpp"
 
 #include <cstdint>
@@ -17,11 +18,19 @@ enum class trace_format {
   vtensor,  ///< vtensor's own JSONL (optional header line, then one request a line)
 };
 
+/// The formats' names, as users type them ("auto" is not one: it asks for detection).
+inline constexpr enum_names<trace_format, 3> k_trace_format_names{
+    {{{trace_format::mooncake, "mooncake"}, {trace_format::azure, "azure"}, {trace_format::vtensor, "vtensor"}}}};
+
 /// "mooncake", "azure" or "vtensor".
-[[nodiscard]] std::string_view to_string(trace_format format) noexcept;
+[[nodiscard]] inline std::string_view to_string(trace_format format) noexcept {
+  return k_trace_format_names.name(format);
+}
 
 /// Parses a format name; "auto" and unknown names give nullopt.
-[[nodiscard]] std::optional<trace_format> parse_trace_format(std::string_view name) noexcept;
+[[nodiscard]] inline std::optional<trace_format> parse_trace_format(std::string_view name) noexcept {
+  return k_trace_format_names.parse(name);
+}
 
 /// The names a format gives the fields that trace_reader checks, for its messages.
 struct field_names {

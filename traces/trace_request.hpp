@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/units.hpp"
+
 namespace vtensor::traces {
 
 /// One request of a trace, as every reader yields it and every writer takes it.
@@ -33,7 +35,7 @@ struct trace_request {
 /// Number of blocks of `block_tokens` needed to cover `tokens` tokens (last block partial).
 [[nodiscard]] constexpr std::uint64_t blocks_for_tokens(std::uint64_t tokens,
                                                         std::uint32_t block_tokens) noexcept {
-  return block_tokens == 0 ? 0 : (tokens + block_tokens - 1) / block_tokens;
+  return block_tokens == 0 ? 0 : ceil_div(tokens, block_tokens);
 }
 
 } // namespace vtensor::traces

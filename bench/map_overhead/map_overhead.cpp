@@ -119,7 +119,7 @@ struct manager_blocks {
     for (std::uint64_t grown = 1; grown + step <= tokens; grown += step) {
       for (std::uint64_t r = 0; r < requests; ++r) {
         const auto t = clock::now();
-        const alloc_status st = mgr.extend(request_id{r + 1}, step);
+        const alloc_status st = mgr.extend(request_id{r + 1}, step).status;
         b.ns += ns_since(t);
         if (st != alloc_status::ok) throw std::runtime_error("map overhead: the manager ran out of memory");
       }

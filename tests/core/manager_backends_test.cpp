@@ -41,7 +41,7 @@ void conversation_fork_full_shutdown(bool gpu) {
   on_every_backend(gpu, 12 * page_bytes, [&](vmm_backend& b) {
     manager m(b, llama_config(kv_layout::kv_fused, 1));
     REQUIRE(m.create(request_id{1}, run_of_blocks(0, 4), 2100).ok());
-    REQUIRE(m.extend(request_id{1}, 700) == alloc_status::ok);
+    REQUIRE(m.extend(request_id{1}, 700).ok());
     m.finish(request_id{1});
     m.check_invariants();
     auto r2 = m.create(request_id{2}, run_of_blocks(0, 4) + run_of_blocks(10, 1), 2600);
@@ -56,7 +56,7 @@ void conversation_fork_full_shutdown(bool gpu) {
     std::uint64_t id = 10;
     while ((big = m.create(request_id{id}, {}, 2 * 512)).ok()) ++id;
     CHECK(big.status == alloc_status::needs_preemption);
-    CHECK(m.stats().physical_bytes <= 12 * page_bytes);
+    CHECK(m.stats().memory.physical_bytes <= 12 * page_bytes);
     m.check_invariants();
     m.preempt(request_id{2});
     m.preempt(request_id{3});

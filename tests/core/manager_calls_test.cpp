@@ -36,11 +36,11 @@ TEST_CASE("vmm calls: create, extend, finish, reuse from the pools, trim") {
   CHECK(rec.take() == calls{"create -> c1", "create -> c2", "reserve 8MiB -> r0", "map r0+0 c1",
                             "set_access r0+0 2MiB", "map r0+4MiB c2", "set_access r0+4MiB 2MiB"});
 
-  REQUIRE(m.extend(request_id{1}, 8000) == alloc_status::ok);  // still inside page 0
+  REQUIRE(m.extend(request_id{1}, 8000).ok());  // still inside page 0
   CHECK(rec.take().empty());
-  REQUIRE(m.extend(request_id{1}, 92) == alloc_status::ok);    // exactly fills page 0
+  REQUIRE(m.extend(request_id{1}, 92).ok());    // exactly fills page 0
   CHECK(rec.take().empty());
-  REQUIRE(m.extend(request_id{1}, 1) == alloc_status::ok);     // first token of page 1
+  REQUIRE(m.extend(request_id{1}, 1).ok());     // first token of page 1
   CHECK(rec.take() == calls{"create -> c3", "create -> c4", "map r0+2MiB c3", "set_access r0+2MiB 2MiB",
                             "map r0+6MiB c4", "set_access r0+6MiB 2MiB"});
 
@@ -88,7 +88,7 @@ TEST_CASE("vmm calls: lookahead maps ahead at create and when a page boundary is
                             "map r0+0 c1", "set_access r0+0 2MiB", "map r0+2MiB c3", "set_access r0+2MiB 2MiB",
                             "map r0+4MiB c2", "set_access r0+4MiB 2MiB", "map r0+6MiB c4",
                             "set_access r0+6MiB 2MiB"});
-  REQUIRE(m.extend(request_id{1}, 9000) == alloc_status::ok);  // into page 1, already mapped
+  REQUIRE(m.extend(request_id{1}, 9000).ok());  // into page 1, already mapped
   CHECK(rec.take().empty());
   CHECK(m.view(request_id{1})->mapped_tokens == 16384);
 }
@@ -105,10 +105,10 @@ TEST_CASE("vmm calls: lookahead in runs tops a request up only once a whole batc
   REQUIRE(m.create(request_id{1}, {}, 1).ok());
   CHECK(maps(rec.take()) == 2 * 5);  // page 0 and 4 ahead
   for (int page = 1; page <= 3; ++page) {  // into pages 1-3: 1, 2, 3 pages missing ahead
-    REQUIRE(m.extend(request_id{1}, 8192) == alloc_status::ok);
+    REQUIRE(m.extend(request_id{1}, 8192).ok());
     CHECK(maps(rec.take()) == 0);
   }
-  REQUIRE(m.extend(request_id{1}, 8192) == alloc_status::ok);  // into page 4: 4 missing, one run each
+  REQUIRE(m.extend(request_id{1}, 8192).ok());  // into page 4: 4 missing, one run each
   const auto topped = rec.take();
   CHECK(maps(topped) == 2 * 4);
   const auto first_map = std::find_if(topped.begin(), topped.end(), [](const std::string& c) { return c.rfind("map ", 0) == 0; });

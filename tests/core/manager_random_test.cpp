@@ -83,7 +83,7 @@ void run(const random_run& cfg, int steps) {
           const request_id id = live[pick(live.size())];
           const vtensor_view v = *m.view(id);
           const std::uint64_t room = v.max_tokens - v.tokens;
-          if (room > 0 && m.extend(id, 1 + pick(std::min<std::uint64_t>(room, 40))) != alloc_status::ok) {
+          if (room > 0 && !m.extend(id, 1 + pick(std::min<std::uint64_t>(room, 40))).ok()) {
             preempt_one();
           }
         } else if (op < 80) {  // finish, sometimes naming the answer's tokens too

@@ -40,15 +40,15 @@ TEST_CASE("scenario: three-turn conversation reuses turn 1's whole chunks withou
   auto r1 = m.create(request_id{1}, turn1, 2148);
   REQUIRE(r1.ok());
   CHECK(r1.hit_tokens == 0);
-  REQUIRE(m.extend(request_id{1}, 300) == alloc_status::ok);
+  REQUIRE(m.extend(request_id{1}, 300).ok());
   const auto v1 = *m.view(request_id{1});
   const auto turn1_chunks = chunks_of(sim, v1, 4);
   m.finish(request_id{1});
   m.check_invariants();
   const auto after1 = m.stats();
-  CHECK(after1.physical_bytes == 5 * page_bytes);
-  CHECK(after1.cached_bytes == 5 * page_bytes);  // 4 whole pages + the partial one, all cached
-  CHECK(after1.mapped_bytes == 0);
+  CHECK(after1.memory.physical_bytes == 5 * page_bytes);
+  CHECK(after1.memory.cached_bytes == 5 * page_bytes);  // 4 whole pages + the partial one, all cached
+  CHECK(after1.memory.mapped_bytes == 0);
 
   // Turn 2: turn 1's 4 whole blocks, then new blocks (the answer changed block 4's content).
   auto turn2 = run_of_blocks(0, 4) + run_of_blocks(200, 1) + std::vector<token_block>{{201, 88}};
@@ -60,8 +60,8 @@ TEST_CASE("scenario: three-turn conversation reuses turn 1's whole chunks withou
   const auto v2 = *m.view(request_id{2});
   CHECK(chunks_of(sim, v2, 4) == turn1_chunks);  // the very same chunks, mapped again
   // Only its own pages 4 and 5 take new memory; turn 1's five pages stay cached.
-  CHECK(m.stats().physical_bytes == (5 + 2) * page_bytes);
-  REQUIRE(m.extend(request_id{2}, 200) == alloc_status::ok);
+  CHECK(m.stats().memory.physical_bytes == (5 + 2) * page_bytes);
+  REQUIRE(m.extend(request_id{2}, 200).ok());
   m.finish(request_id{2});
   m.check_invariants();
 
@@ -77,7 +77,7 @@ TEST_CASE("scenario: three-turn conversation reuses turn 1's whole chunks withou
   CHECK(chunks_of(sim, v3, 4) == turn1_chunks);
   // Turn 3 needs 7 pages, 5 shared: 2 new pages, taken from turn 2's free pool (turn 2's page 5
   // was recorded partial and cached; the lookahead-free pool holds nothing else) or created.
-  CHECK(m.stats().physical_bytes - before3.physical_bytes <= 2 * page_bytes);
+  CHECK(m.stats().memory.physical_bytes - before3.memory.physical_bytes <= 2 * page_bytes);
   CHECK(m.stats().prefix_hit_tokens == 2048 + 2560);
   m.finish(request_id{3});
   m.check_invariants();
@@ -104,11 +104,11 @@ TEST_CASE("scenario: one cached prefix forked into 8 concurrent requests") {
   m.check_invariants();
   auto s = m.stats();
   CHECK(s.live_requests == 8);
-  CHECK(s.physical_bytes == (8 + 8) * page_bytes);  // the prefix once, one own page each
-  CHECK(s.mapped_bytes == (8 + 8) * page_bytes);
-  CHECK(s.used_bytes == 8 * page_bytes + 8 * 300 * 128 * 1024);
-  CHECK(s.logical_bytes == 8 * 4396ull * 128 * 1024);
-  CHECK(s.sharing_saving() > 0.8);
+  CHECK(s.memory.physical_bytes == (8 + 8) * page_bytes);  // the prefix once, one own page each
+  CHECK(s.memory.mapped_bytes == (8 + 8) * page_bytes);
+  CHECK(s.memory.used_bytes == 8 * page_bytes + 8 * 300 * 128 * 1024);
+  CHECK(s.memory.logical_bytes == 8 * 4396ull * 128 * 1024);
+  CHECK(s.memory.sharing_saving() > 0.8);
   for (std::uint64_t i = 0; i < 8; ++i) m.finish(request_id{i});
   m.check_invariants();
 }
@@ -126,11 +126,11 @@ TEST_CASE("scenario: a live request forked into 8 children shares whole pages, c
   }
   m.check_invariants();
   const auto s = m.stats();
-  CHECK(s.physical_bytes == (2 + 9) * k_chunk_bytes);  // 2 shared pages + 9 private tails
+  CHECK(s.memory.physical_bytes == (2 + 9) * k_chunk_bytes);  // 2 shared pages + 9 private tails
   CHECK(s.cow_bytes == 8 * 8 * 128 * 1024);
   // Children write their own tails; the parent goes on too.
-  for (std::uint64_t c = 0; c < 8; ++c) REQUIRE(m.extend(request_id{10 + c}, 30) == alloc_status::ok);
-  REQUIRE(m.extend(request_id{1}, 5) == alloc_status::ok);
+  for (std::uint64_t c = 0; c < 8; ++c) REQUIRE(m.extend(request_id{10 + c}, 30).ok());
+  REQUIRE(m.extend(request_id{1}, 5).ok());
   m.check_invariants();
   m.finish(request_id{1});
   for (std::uint64_t c = 0; c < 8; ++c) m.finish(request_id{10 + c});
@@ -145,7 +145,7 @@ TEST_CASE("scenario: extend across many chunks, the pointer never moves") {
   const auto v0 = *m.view(request_id{7});
   CHECK(v0.mapped_tokens == 3 * 1024);  // one page + two ahead
   const auto k5 = m.layer(request_id{7}, 5);
-  for (int i = 0; i < 40000; ++i) REQUIRE(m.extend(request_id{7}, 1) == alloc_status::ok);
+  for (int i = 0; i < 40000; ++i) REQUIRE(m.extend(request_id{7}, 1).ok());
   const auto v = *m.view(request_id{7});
   CHECK(v.base == v0.base);
   CHECK(m.layer(request_id{7}, 5).k_offset_bytes == k5.k_offset_bytes);
@@ -159,8 +159,8 @@ TEST_CASE("scenario: extend across many chunks, the pointer never moves") {
   }
   m.check_invariants();
   const auto s = m.stats();
-  CHECK(s.used_bytes == 40010ull * 128 * 1024);
-  CHECK(s.internal_fragmentation() < 0.1);
+  CHECK(s.memory.used_bytes == 40010ull * 128 * 1024);
+  CHECK(s.memory.internal_fragmentation() < 0.1);
   CHECK_THROWS_AS((void)m.extend(request_id{7}, 131072), std::invalid_argument);
   CHECK_THROWS_AS((void)m.extend(request_id{8}, 1), std::invalid_argument);
 }
@@ -173,13 +173,13 @@ TEST_CASE("scenario: out of memory evicts cached prefixes first") {
   m.finish(request_id{1});
   REQUIRE(m.create(request_id{2}, run_of_blocks(50, 4), 2048).ok());
   m.finish(request_id{2});
-  CHECK(m.stats().cached_bytes == 8 * 32 * k_chunk_bytes);
+  CHECK(m.stats().memory.cached_bytes == 8 * 32 * k_chunk_bytes);
   // Needs 6 pages: 2 are left on the device, 4 come from evicting the least recently used prefix.
   auto r = m.create(request_id{3}, run_of_blocks(90, 5), 3000);
   REQUIRE(r.ok());
   const auto s = m.stats();
   CHECK(s.evicted_nodes == 1);
-  CHECK(s.physical_bytes == 10 * 32 * k_chunk_bytes);
+  CHECK(s.memory.physical_bytes == 10 * 32 * k_chunk_bytes);
   m.check_invariants();
   // Request 1's prefix went (LRU); request 2's is still there.
   auto again = m.create(request_id{4}, run_of_blocks(50, 4) + std::vector<token_block>{{60, 52}}, 2100);
@@ -197,13 +197,13 @@ TEST_CASE("scenario: out of memory with nothing cached asks the caller to preemp
   auto r = m.create(request_id{2}, {}, 3 * 512);
   CHECK(r.status == alloc_status::needs_preemption);
   const auto after = m.stats();
-  CHECK(after.physical_bytes == before.physical_bytes + 2 * 32 * k_chunk_bytes);
-  CHECK(after.mapped_bytes == before.mapped_bytes);
+  CHECK(after.memory.physical_bytes == before.memory.physical_bytes + 2 * 32 * k_chunk_bytes);
+  CHECK(after.memory.mapped_bytes == before.memory.mapped_bytes);
   CHECK(after.live_requests == 1);
-  CHECK(after.free_pool_bytes == 2 * 32 * k_chunk_bytes);  // created, kept for reuse, not leaked
+  CHECK(after.memory.free_pool_bytes == 2 * 32 * k_chunk_bytes);  // created, kept for reuse, not leaked
   CHECK(after.preemption_signals == 1);
   m.check_invariants();
-  CHECK(m.extend(request_id{1}, 3 * 512) == alloc_status::needs_preemption);
+  CHECK(m.extend(request_id{1}, 3 * 512).status == alloc_status::needs_preemption);
   CHECK(m.view(request_id{1})->tokens == 8 * 512);
   m.check_invariants();
   m.preempt(request_id{1});

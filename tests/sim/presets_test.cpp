@@ -37,7 +37,7 @@ TEST_CASE("presets: models, tensor parallelism divides weights and KV heads") {
   CHECK_THROWS_AS((void)model_compute_preset("llama-3-70b", 3), std::invalid_argument);
   CHECK_THROWS_AS((void)model_compute_preset("llama-3-70b", 0), std::invalid_argument);
   CHECK_THROWS_AS((void)model_compute_preset("gpt-2"), std::invalid_argument);
-  CHECK(model_compute_names().size() == 4);
+  CHECK(vtensor::model_preset_names().size() == 4);
 }
 
 TEST_CASE("roofline: one decode token is bound by streaming the weights") {

@@ -36,7 +36,6 @@ TEST_CASE("kv_policy: the vtensor policy admits, grows, releases and reports thr
   auto p = make_kv_policy("vtensor", llama_policy(k_unlimited));
   CHECK(p->name() == "vtensor");
   CHECK(p->describe()["layout"] == "kv-fused");
-  CHECK_FALSE(p->maps_ahead());
   const std::vector<token_block> blocks{{1, 512}, {2, 488}};
   const auto a = p->admit({request_id{1}, blocks, 1000, 1010});
   REQUIRE(a.admitted);
@@ -49,7 +48,7 @@ TEST_CASE("kv_policy: the vtensor policy admits, grows, releases and reports thr
   const kv_stats s = p->stats();
   CHECK(s.prompt_tokens == 2000);
   CHECK(s.prefix_hit_tokens == 999);
-  CHECK(s.mapped_bytes > 0);
+  CHECK(s.memory.mapped_bytes > 0);
   p->release(request_id{2}, release_reason::preempted);
   p->check_invariants();
   CHECK_THROWS_AS((void)make_kv_policy("paged", llama_policy(k_unlimited)), std::invalid_argument);
@@ -144,7 +143,7 @@ TEST_CASE("replica: out of memory preempts the newest request by recompute; ever
   CHECK(s.counters.preemptions > 0);
   CHECK(s.counters.recomputed_tokens > 0);
   CHECK(s.counters.output_tokens == 8 * 1500);
-  CHECK(s.peak.physical_bytes <= 20ull * 32 * 2 * 1024 * 1024);
+  CHECK(s.peak.memory.physical_bytes <= 20ull * 32 * 2 * 1024 * 1024);
   // The hit rate counts first admissions only: nothing was shared between these prompts.
   CHECK(s.counters.hit_tokens == 0);
   std::uint32_t preempted = 0;
@@ -187,34 +186,33 @@ TEST_CASE("replica: synchronous mapping puts VMM time in the step; async lookahe
       write_trace("vmm.jsonl", {R"({"timestamp": 0, "input_length": 600, "output_length": 2000, "hash_ids": [1, 2]})"});
   auto sync_policy = llama_policy(k_unlimited, false);
   auto s_sync = replay_file(path, sync_policy, llama_replay());
-  CHECK(s_sync.counters.vmm_critical_ns > 0);
+  CHECK(s_sync.counters.vmm_critical.count() > 0);
   // Everything but the unmaps of the last release, which no step waits for.
   const vmm_counters& vmm = s_sync.final_memory.vmm;
-  CHECK(s_sync.counters.vmm_critical_ns == vmm.total_time_ns() - vmm.time_ns_of(vmm_call::unmap));
+  CHECK(s_sync.counters.vmm_critical.count() == vmm.total_time_ns() - vmm.time_ns_of(vmm_call::unmap));
   auto ahead_policy = sync_policy;
   ahead_policy.lookahead_pages = 2;  // mapped by the worker (async_lookahead defaults to true)
   auto s_ahead = replay_file(path, ahead_policy, llama_replay());
-  CHECK(s_ahead.counters.vmm_critical_ns < s_ahead.final_memory.vmm.total_time_ns());
-  CHECK(s_ahead.counters.vmm_critical_ns < s_sync.counters.vmm_critical_ns);
+  CHECK(s_ahead.counters.vmm_critical.count() < s_ahead.final_memory.vmm.total_time_ns());
+  CHECK(s_ahead.counters.vmm_critical.count() < s_sync.counters.vmm_critical.count());
   CHECK(s_ahead.simulated_seconds < s_sync.simulated_seconds);
   // Synchronous lookahead maps the same pages on the step: no cheaper than no lookahead.
   auto sync_ahead_policy = ahead_policy;
   sync_ahead_policy.async_lookahead = false;
   auto s_sync_ahead = replay_file(path, sync_ahead_policy, llama_replay());
-  CHECK(s_sync_ahead.counters.vmm_critical_ns > s_ahead.counters.vmm_critical_ns);
-  CHECK(s_sync_ahead.counters.vmm_critical_ns >= s_sync.counters.vmm_critical_ns);
+  CHECK(s_sync_ahead.counters.vmm_critical.count() > s_ahead.counters.vmm_critical.count());
+  CHECK(s_sync_ahead.counters.vmm_critical.count() >= s_sync.counters.vmm_critical.count());
   // Zero latency: no VMM time at all.
   auto s_zero = replay_file(path, llama_policy(k_unlimited), llama_replay());
-  CHECK(s_zero.counters.vmm_critical_ns == 0);
+  CHECK(s_zero.counters.vmm_critical.count() == 0);
 }
 
 TEST_CASE("replica: the state tracker integrates over time and samples on its grid") {
   state_tracker t(10, {});
   replica_state a;
   a.at = 0;
-  a.mapped_bytes = 100;
-  a.used_bytes = 50;
-  a.internal_fragmentation = 0.5;
+  a.memory.mapped_bytes = 100;
+  a.memory.used_bytes = 50;
   a.running = 2;
   t.observe(a);
   replica_state b;
@@ -223,7 +221,8 @@ TEST_CASE("replica: the state tracker integrates over time and samples on its gr
   t.close(40);
   CHECK(t.mean_internal_fragmentation() == doctest::Approx(0.5));  // only while mapped
   CHECK(t.mean_running() == doctest::Approx(2.0 * 30 / 40));
-  CHECK(t.peak().mapped_bytes == 100);
+  CHECK(t.peak().memory.mapped_bytes == 100);
+  CHECK(t.peak().internal_fragmentation == doctest::Approx(0.5));
   std::vector<time_us> grid;
   state_tracker g(10, [&](const replica_state& s) { grid.push_back(s.at); });
   g.observe(a);

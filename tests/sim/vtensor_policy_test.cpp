@@ -35,8 +35,8 @@ TEST_CASE("vtensor policy: synchronous mapping puts every call on the clock, pri
   REQUIRE(p->admit({request_id{1}, blocks, 600, 2000}).admitted);
   for (int i = 0; i < 600; ++i) REQUIRE(p->grow(request_id{1}, 1));
   p->release(request_id{1}, release_reason::finished);
-  CHECK(p->critical_vmm_ns() == p->vmm_time_ns());
-  CHECK(p->critical_vmm_ns() == p->stats().vmm.total_time_ns());  // the model is the sim backend's table
+  CHECK(p->critical_vmm_time().count() == p->vmm_time().count());
+  CHECK(p->critical_vmm_time().count() == p->stats().vmm.total_time_ns());  // the model is the sim backend's table
   const auto& v = dynamic_cast<const vtensor_policy&>(*p);
   CHECK(v.report().worker.total_model_ns() == 0);
 }
@@ -45,9 +45,9 @@ TEST_CASE("vtensor policy: asynchronous lookahead takes growth off the clock; a 
   const std::vector<token_block> blocks{{1, 512}};
   // Prompt of exactly one page: the lookahead page goes to the worker at admission.
   auto p = h200_policy(1, true);
-  p->advance_to(1000);
+  p->advance_to(sim_us{1000});
   REQUIRE(p->admit({request_id{1}, blocks, 512, 4000}).admitted);
-  const std::uint64_t after_admit = p->critical_vmm_ns();
+  const std::uint64_t after_admit = p->critical_vmm_time().count();
   // The very next token needs that page at once: the step thread waits for the whole job.
   REQUIRE(p->grow(request_id{1}, 1));
   const auto& v = dynamic_cast<const vtensor_policy&>(*p);
@@ -56,26 +56,27 @@ TEST_CASE("vtensor policy: asynchronous lookahead takes growth off the clock; a 
   CHECK(r.modelled_waits == 1);
   CHECK(r.modelled_wait_ns == page_job_ns());
   // ...then the top-up past page 2 creates its chunks on the step thread.
-  CHECK(p->critical_vmm_ns() == after_admit + page_job_ns() + 32 * latency_model::h200().cost_ns(vmm_call::create));
+  CHECK(p->critical_vmm_time().count() == after_admit + page_job_ns() + 32 * latency_model::h200().cost_ns(vmm_call::create));
 
   // The same with time to spare: no wait; growth costs the step only the creation of the
   // lookahead pages' chunks (allocated by the step thread, mapped by the worker).
   auto q = h200_policy(1, true);
-  q->advance_to(1000);
+  q->advance_to(sim_us{1000});
   REQUIRE(q->admit({request_id{1}, blocks, 512, 4000}).admitted);
-  const std::uint64_t admitted = q->critical_vmm_ns();
-  q->advance_to(1000 + 1000 * 1000);  // a second later
+  const std::uint64_t admitted = q->critical_vmm_time().count();
+  q->advance_to(sim_us{1000 + 1000 * 1000});  // a second later
   for (int i = 0; i < 1500; ++i) {
     REQUIRE(q->grow(request_id{1}, 1));
-    q->advance_to(1000 + 1000 * 1000 + 20'000 * std::uint64_t(i + 1));  // 20 ms steps
+    q->advance_to(sim_us{1000 + 1000 * 1000 + 20'000 * std::uint64_t(i + 1)});  // 20 ms steps
   }
   const auto& w = dynamic_cast<const vtensor_policy&>(*q);
   r = w.report();
   CHECK(r.modelled_waits == 0);
-  CHECK(q->critical_vmm_ns() == admitted + 3 * 32 * latency_model::h200().cost_ns(vmm_call::create));
+  CHECK(q->critical_vmm_time().count() == admitted + 3 * 32 * latency_model::h200().cost_ns(vmm_call::create));
   CHECK(r.jobs == 4);  // admission + a top-up at each of 3 page crossings
   CHECK(r.job_model_ns == 4 * page_job_ns());
-  q->check_invariants();  // settles the real worker
+  q->settle();  // the real worker's calls are all in
+  q->check_invariants();
   CHECK(w.report().worker.calls[static_cast<std::size_t>(vmm_call::map)] == 4 * 32);
   // Worker and step thread together are every call the sim charged.
   CHECK(w.report().worker.total_model_ns() + w.report().step.total_model_ns() == q->stats().vmm.total_time_ns());
@@ -88,7 +89,7 @@ TEST_CASE("vtensor policy: an overloaded worker makes steps wait; synchronous lo
   auto s = h200_policy(4, false);
   std::vector<token_block> none;
   for (kv_policy* k : {p.get(), s.get()}) {
-    k->advance_to(1);
+    k->advance_to(sim_us{1});
     for (std::uint64_t id = 1; id <= 20; ++id) REQUIRE(k->admit({request_id{id}, none, 512, 8000}).admitted);
     for (std::uint64_t id = 1; id <= 20; ++id) REQUIRE(k->grow(request_id{id}, 1));
   }
@@ -96,21 +97,21 @@ TEST_CASE("vtensor policy: an overloaded worker makes steps wait; synchronous lo
   CHECK(r.modelled_waits > 0);
   CHECK(r.modelled_waits < 20);  // the first requests' jobs were done in time
   CHECK(r.modelled_wait_ns > 0);
-  CHECK(p->critical_vmm_ns() < s->critical_vmm_ns());  // still cheaper than mapping on the step
+  CHECK(p->critical_vmm_time().count() < s->critical_vmm_time().count());  // still cheaper than mapping on the step
   const auto rs = dynamic_cast<const vtensor_policy&>(*s).report();
   CHECK(rs.jobs == 0);
   CHECK(rs.modelled_waits == 0);
-  CHECK(s->critical_vmm_ns() == s->vmm_time_ns());
+  CHECK(s->critical_vmm_time().count() == s->vmm_time().count());
 }
 
 TEST_CASE("vtensor policy: with chunks created ahead, creation leaves the clock") {
   auto p = h200_policy(1, true, 64);
-  p->advance_to(1);
+  p->advance_to(sim_us{1});
   std::vector<token_block> none;
   REQUIRE(p->admit({request_id{1}, none, 512, 4000}).admitted);
   const auto& v = dynamic_cast<const vtensor_policy&>(*p);
   const auto r = v.report();
-  CHECK(p->critical_vmm_ns() ==
+  CHECK(p->critical_vmm_time().count() ==
         r.step.total_model_ns() - r.step.model_ns[static_cast<std::size_t>(vmm_call::create)]);
-  p->check_invariants();
+  p->check_invariants();  // with the worker's job in flight or not
 }

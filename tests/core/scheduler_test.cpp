@@ -1,0 +1,176 @@
+// The scheduler (VTS) on its own: what each call reports having done (Note [Effects of a call]):
+// pages mapped on the step against pages handed to the worker, waits for the worker's jobs,
+// prefix hits and copy-on-write, and a call answered needs_preemption changing nothing.
+
+#include <doctest/doctest.h>
+
+#include "backends/sim_backend.hpp"
+#include "core/eviction_policy.hpp"
+#include "core/scheduler.hpp"
+#include "tests/core/manager_test_support.hpp"
+
+using namespace vtensor;
+using namespace vtensor::core_testing;
+
+namespace {
+
+/// Llama-3-8B token-major: one tensor, 16 tokens a page; `lookahead` pages ahead.
+scheduler_config token_major_config(std::uint32_t lookahead, bool async) {
+  scheduler_config c;
+  c.max_context_tokens = 4096;
+  c.lookahead_pages = lookahead;
+  c.async_lookahead = async;
+  return c;
+}
+
+kv_geometry geometry(kv_layout layout) { return kv_geometry(*model_preset("llama-3-8b"), layout); }
+
+scheduler make_scheduler(vmm_backend& b, kv_layout layout, scheduler_config c) {
+  return scheduler(b, geometry(layout), c, make_eviction_policy("lru"));
+}
+
+}  // namespace
+
+TEST_CASE("scheduler: runs_worker() is asynchronous lookahead or creation ahead") {
+  scheduler_config c;
+  CHECK_FALSE(c.runs_worker());
+  c.async_lookahead = true;
+  CHECK(c.runs_worker());
+  c.async_lookahead = false;
+  c.create_ahead_chunks = 8;
+  CHECK(c.runs_worker());
+}
+
+TEST_CASE("scheduler effects: without the worker, prompt and lookahead pages are mapped on the step") {
+  sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
+  scheduler s = make_scheduler(sim, kv_layout::token_major, token_major_config(2, false));
+  const create_result c = s.create(request_id{1}, {}, 40, 0);  // 3 pages + 2 ahead
+  REQUIRE(c.ok());
+  CHECK(c.effects.step_pages == 5);
+  CHECK(c.effects.worker_pages == 0);
+  CHECK(c.effects.worker_job == 0);
+  CHECK(c.effects.waited_job == 0);
+  CHECK(c.effects.chunks_created == 5);  // one tensor: a chunk a page
+  CHECK(c.effects.pool_chunks == 0);
+
+  const extend_result within = s.extend(request_id{1}, 8);  // 48 tokens: still 3 pages
+  REQUIRE(within.ok());
+  CHECK(within.effects == op_effects{});
+
+  const extend_result crossing = s.extend(request_id{1}, 1);  // page 4 is needed: top up to 6
+  REQUIRE(crossing.ok());
+  CHECK(crossing.effects.step_pages == 1);
+  CHECK(crossing.effects.worker_job == 0);
+  CHECK(crossing.effects.chunks_created == 1);
+
+  const op_effects done = s.finish(request_id{1});
+  CHECK(done.waited_job == 0);
+  s.check_invariants();
+  // The request's chunks went back to the free pool: the next request takes them from there.
+  const create_result again = s.create(request_id{2}, {}, 16, 0);
+  REQUIRE(again.ok());
+  CHECK(again.effects.pool_chunks == 3);
+  CHECK(again.effects.chunks_created == 0);
+}
+
+TEST_CASE("scheduler effects: with the worker, lookahead pages are a job; a page needed too soon waits for it") {
+  sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
+  scheduler s = make_scheduler(sim, kv_layout::token_major, token_major_config(2, true));
+  const create_result c = s.create(request_id{1}, {}, 32, 0);  // 2 pages now, 2 to the worker
+  REQUIRE(c.ok());
+  CHECK(c.effects.step_pages == 2);
+  CHECK(c.effects.worker_pages == 2);
+  REQUIRE(c.effects.worker_job != 0);
+  CHECK(c.effects.chunks_created == 4);  // lookahead chunks are taken by the calling thread
+
+  // Token 33 needs page 3, which the worker was given: the extend waits for that job, then hands
+  // the top-up (page 5) to the worker in a new one.
+  const extend_result e = s.extend(request_id{1}, 1);
+  REQUIRE(e.ok());
+  CHECK(e.effects.step_pages == 0);
+  CHECK(e.effects.waited_job == c.effects.worker_job);
+  CHECK(e.effects.worker_pages == 1);
+  CHECK(e.effects.worker_job > c.effects.worker_job);
+
+  // Within page 3 (ready since the wait): nothing to map, nothing to wait for.
+  const extend_result quiet = s.extend(request_id{1}, 15);
+  REQUIRE(quiet.ok());
+  CHECK(quiet.effects == op_effects{});
+
+  // Releasing waits for the request's last job before unmapping.
+  const op_effects f = s.finish(request_id{1});
+  CHECK(f.waited_job == e.effects.worker_job);
+  s.settle();
+  s.check_invariants();
+}
+
+TEST_CASE("scheduler effects: after settle() every mapped page is ready and extend does not wait") {
+  sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
+  scheduler s = make_scheduler(sim, kv_layout::token_major, token_major_config(2, true));
+  REQUIRE(s.create(request_id{1}, {}, 32, 0).ok());
+  s.settle();
+  const extend_result e = s.extend(request_id{1}, 1);
+  REQUIRE(e.ok());
+  CHECK(e.effects.waited_job == 0);
+  CHECK(e.effects.worker_pages == 1);
+}
+
+TEST_CASE("scheduler: a prefix hit shares whole pages and copies the partial one (cow), or recomputes it") {
+  const std::uint64_t bpt = geometry(kv_layout::kv_fused).bytes_per_token_per_tensor();
+  for (const partial_page_policy policy : {partial_page_policy::cow, partial_page_policy::recompute}) {
+    CAPTURE(to_string(policy));
+    sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
+    scheduler_config cfg;
+    cfg.max_context_tokens = 8192;
+    cfg.partial = policy;
+    scheduler s = make_scheduler(sim, kv_layout::kv_fused, cfg);  // 32 tensors, 512 tokens a page
+    const auto blocks = run_of_blocks(1, 2, 500);                // 1000 tokens named
+    REQUIRE(s.create(request_id{1}, blocks, 1000, 0).ok());
+    s.finish(request_id{1});  // both pages cached: page 0 whole, page 1 valid up to token 1000
+    const create_result hit = s.create(request_id{2}, blocks, 1000, 0);
+    REQUIRE(hit.ok());
+    CHECK(hit.shared_pages == 1);
+    CHECK(hit.effects.step_pages == 2);  // the shared page and an own one
+    CHECK(hit.effects.chunks_created == 32);
+    if (policy == partial_page_policy::cow) {
+      CHECK(hit.hit_tokens == 999);  // one token is always computed
+      CHECK(hit.cow_bytes == (999 - 512) * bpt * 32);
+    } else {
+      CHECK(hit.hit_tokens == 512);
+      CHECK(hit.cow_bytes == 0);
+    }
+    CHECK(s.counters().hit_tokens == hit.hit_tokens);
+    s.check_invariants();
+  }
+}
+
+TEST_CASE("scheduler: needs_preemption leaves requests and memory as they were") {
+  sim_backend sim(4 * k_chunk_bytes, latency_model::zero());  // 4 pages of token-major
+  scheduler s = make_scheduler(sim, kv_layout::token_major, token_major_config(0, false));
+  REQUIRE(s.create(request_id{1}, {}, 64, 0).ok());  // all 4 pages
+  const memory_stats before = s.memory();
+  const std::uint64_t signals = s.counters().preemption_signals;
+
+  const create_result c = s.create(request_id{2}, {}, 16, 0);
+  CHECK(c.status == alloc_status::needs_preemption);
+  CHECK_FALSE(c.ok());
+  CHECK(c.effects.step_pages == 0);
+  CHECK(c.effects.worker_job == 0);
+  CHECK(s.find(request_id{2}) == nullptr);
+  CHECK(s.live_requests() == 1);
+
+  const extend_result e = s.extend(request_id{1}, 1);  // page 5 does not exist
+  CHECK(e.status == alloc_status::needs_preemption);
+  CHECK(e.effects.step_pages == 0);
+  CHECK(s.view(*s.find(request_id{1})).tokens == 64);
+  CHECK(s.memory() == before);
+  CHECK(s.counters().preemption_signals == signals + 2);
+  s.check_invariants();
+
+  // Preempting the first makes room: the retry succeeds from the free pool.
+  s.preempt(request_id{1});
+  const create_result retry = s.create(request_id{2}, {}, 16, 0);
+  REQUIRE(retry.ok());
+  CHECK(retry.effects.pool_chunks == 1);
+  s.check_invariants();
+}
