@@ -11,6 +11,7 @@
 #include "core/kv_geometry.hpp"
 #include "core/scheduler.hpp"
 #include "sim/kv_policy.hpp"
+#include "sim/vtensor_policy.hpp"
 
 namespace vtensor::sim {
 
@@ -31,6 +32,9 @@ struct kv_policy_options {
   std::string eviction = "lru";           ///< vtensor prefix-cache eviction policy
   partial_page_policy partial = partial_page_policy::cow;  ///< vtensor partial prefix page
 };
+
+/// The vtensor policy's options for `options` (what make_kv_policy("vtensor", ...) builds).
+[[nodiscard]] vtensor_policy_options vtensor_options(const kv_policy_options& options);
 
 /// Builds policy `name`. Throws std::invalid_argument for an unknown name (the message lists
 /// the known ones) or what the policy's constructor throws.

@@ -18,7 +18,7 @@ constexpr std::string_view name = "inspect";
 std::optional<traces::trace_format> format_option(const std::string& text) {
   if (text == "auto") return std::nullopt;
   if (const auto format = traces::parse_trace_format(text)) return format;
-  throw usage_error(fmt::format("--format: unknown format '{}' (auto, mooncake, azure, vtensor)", text));
+  throw usage_error(fmt::format("--format: unknown format '{}' (auto, {})", text, traces::k_trace_format_names.list()));
 }
 
 nlohmann::ordered_json percentiles_json(const traces::length_percentiles& lengths) {

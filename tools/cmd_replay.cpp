@@ -84,7 +84,7 @@ po::options_description workload_options() {
   po::options_description o("trace and replica");
   o.add_options()
       ("trace", po::value<std::string>(), "trace file (default: the bundled Mooncake conversation excerpt)")
-      ("format", po::value<std::string>()->default_value("auto"), "trace format: auto, mooncake, azure, vtensor")
+      ("format", po::value<std::string>()->default_value("auto"), ("trace format: auto, " + traces::k_trace_format_names.list()).c_str())
       ("policy", po::value<std::string>()->default_value("vtensor"), "KV policy")
       ("model", po::value<std::string>()->default_value("llama-3-8b"), "model: llama-3-8b, yi-6b, yi-34b, llama-3-70b")
       ("gpu", po::value<std::string>()->default_value("h200"), "GPU: h200, a100-80gb")
@@ -98,7 +98,7 @@ po::options_description workload_options() {
       ("max-running", po::value<std::uint32_t>()->default_value(256), "running requests at most")
       ("chunked-prefill", po::value<bool>()->default_value(true), "split prefills across steps (true/false)")
       ("max-context", po::value<std::uint64_t>()->default_value(131072), "prompt + output tokens at most")
-      ("over-context", po::value<std::string>()->default_value("reject"), "longer requests: reject or truncate")
+      ("over-context", po::value<std::string>()->default_value("reject"), ("longer requests: " + sim::k_over_context_policy_names.list(" or ")).c_str())
       ("step-overhead-ms", po::value<double>()->default_value(sim::k_default_step_overhead_s * 1e3),
        "fixed cost per step, ms")
       ("sample-ms", po::value<double>()->default_value(1000.0), "time-series sample interval, simulated ms");
@@ -113,7 +113,7 @@ po::options_description vtensor_options() {
       ("device", po::value<int>()->default_value(0), "cuda backend: GPU index")
       ("compare-backends", po::value<std::string>(),
        "A,B (e.g. sim,cuda): replay twice, check that both runs agree step by step, compare VMM time")
-      ("layout", po::value<std::string>()->default_value("kv-fused"), "vtensor layout: kv-split, kv-fused, token-major")
+      ("layout", po::value<std::string>()->default_value("kv-fused"), ("vtensor layout: " + k_kv_layout_names.list()).c_str())
       ("lookahead", po::value<std::uint32_t>()->default_value(0), "vtensor pages mapped ahead of need")
       ("lookahead-batch", po::value<std::uint32_t>()->default_value(1),
        "lookahead pages mapped at a time, 1 to --lookahead (runs per tensor: cheaper for the driver)")
@@ -126,7 +126,7 @@ po::options_description vtensor_options() {
       ("warmup-fraction", po::value<double>()->default_value(0.1),
        "first fraction of steps counted as warm-up for chunk creation")
       ("eviction", po::value<std::string>()->default_value("lru"), "prefix-cache eviction: lru, fifo, lfu")
-      ("partial", po::value<std::string>()->default_value("cow"), "partial prefix page: cow or recompute")
+      ("partial", po::value<std::string>()->default_value("cow"), ("partial prefix page: " + k_partial_page_policy_names.list(" or ")).c_str())
       ("calibration", po::value<std::string>(), "VMM latency calibration file for the sim backend")
       ("zero-latency", po::bool_switch(), "the sim backend charges nothing for VMM calls");
   return o;
@@ -197,7 +197,7 @@ void parse_policy(const po::variables_map& v, replay_options& o) {
   if (p.max_context_tokens == 0) throw usage_error("--max-context must be at least 1");
   const std::string layout_text = get<std::string>(v, "layout");
   const auto layout = kv_layout_from_string(layout_text);
-  if (!layout) throw usage_error(fmt::format("--layout: unknown layout '{}' (kv-split, kv-fused, token-major)", layout_text));
+  if (!layout) throw usage_error(fmt::format("--layout: unknown layout '{}' ({})", layout_text, k_kv_layout_names.list()));
   p.layout = *layout;
   p.lookahead_pages = get<std::uint32_t>(v, "lookahead");
   p.lookahead_batch = get<std::uint32_t>(v, "lookahead-batch");
@@ -259,7 +259,7 @@ void parse_workload(const po::variables_map& v, replay_options& o) {
   const std::string format_text = get<std::string>(v, "format");
   if (format_text != "auto") {
     o.format = traces::parse_trace_format(format_text);
-    if (!o.format) throw usage_error(fmt::format("--format: unknown format '{}' (auto, mooncake, azure, vtensor)", format_text));
+    if (!o.format) throw usage_error(fmt::format("--format: unknown format '{}' (auto, {})", format_text, traces::k_trace_format_names.list()));
   }
   const auto gpu = sim::gpu_by_name(get<std::string>(v, "gpu"));
   if (!gpu) {
@@ -471,9 +471,12 @@ nlohmann::ordered_json run_config_json(const replay_options& o, const sim::kv_po
   cfg["over_context"] = std::string(sim::to_string(config.replica.over_context));
   cfg["step_overhead_ms"] = o.overhead_ms;
   cfg["sample_ms"] = o.sample_ms;
-  cfg["vmm_critical_path"] = p.lookahead_pages > 0 && p.async_lookahead
+  const scheduler_config sched = sim::vtensor_options(p).manager.scheduler;
+  cfg["vmm_critical_path"] = !sched.runs_worker() ? "all VMM calls (synchronous mapping)"
+                             : sched.create_ahead_chunks == 0
                                  ? "step-thread calls + modelled waits (lookahead mapped by the worker)"
-                                 : "all VMM calls (synchronous mapping)";
+                                 : "step-thread calls but chunk creation + modelled waits (lookahead mapped and chunks "
+                                   "created ahead by the worker)";
   cfg["vmm_clock"] = "latency model (measured VMM time is reported, never fed to the clock)";
   cfg["emulate_steps"] = emulated;
   cfg["step_time_scale"] = o.step_scale;

@@ -686,7 +686,7 @@ int cmd_validate_gpu(std::span<const std::string> args, const cli_streams& io) {
     if (values->count("memory") != 0) o.memory = parse_size_option("--memory", (*values)["memory"].as<std::string>());
     const std::string layout = (*values)["layout"].as<std::string>();
     const auto parsed = kv_layout_from_string(layout);
-    if (!parsed) throw usage_error(fmt::format("--layout: unknown layout '{}' (kv-split, kv-fused, token-major)", layout));
+    if (!parsed) throw usage_error(fmt::format("--layout: unknown layout '{}' ({})", layout, k_kv_layout_names.list()));
     o.layout = *parsed;
     o.seed = (*values)["seed"].as<std::uint64_t>();
     o.context_tokens = (*values)["context"].as<std::uint64_t>();

@@ -158,7 +158,7 @@ namespace {
 class gated_sim final : public backend_adaptor {
  public:
   gated_sim() : backend_adaptor(std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::zero())) {}
-  [[nodiscard]] std::string name() const override { return "gated(sim)"; }
+  [[nodiscard]] std::string do_name() const override { return "gated(sim)"; }
   void open() {
     {
       std::lock_guard lock(mutex_);
