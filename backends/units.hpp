@@ -1,8 +1,9 @@
 #pragma once
 /// Units, in one place: byte sizes, rounding of counts, and the two time units of the simulator.
 ///
-/// Time: the simulated clock and the latency model speak nanoseconds (`sim_ns`); trace arrivals
-/// and user-facing options are converted once, where they enter. A duration is never a bare
+/// Time: the event queue's clock counts whole microseconds (`sim_us` where it meets the rest); VMM
+/// prices, the KV policy interface and the replica's VMM accounting speak nanoseconds (`sim_ns`);
+/// conversions happen where the two meet, explicitly. A duration is never a bare
 /// integer whose unit lives in its name only: `sim_ns` and `sim_us` do not mix without a cast.
 
 #include <chrono>

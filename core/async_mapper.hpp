@@ -6,8 +6,9 @@
 ///
 /// Note [Deferred mappings]: the pool's bookkeeping (vSet, pSet) is done by the caller when it
 /// submits a job, as if the mapping were in place; only the driver calls are deferred. Whoever
-/// touches those addresses again (a step that needs the page, an unmap, an invariant walk) first
-/// waits for the job's ticket. Every backend call, from either thread, holds `backend_mutex()`.
+/// touches those addresses again (a step that needs the page, an unmap) first waits for the job's
+/// ticket; an invariant check does not wait, and leaves out what a job in flight may still change
+/// (Note [Checking with jobs in flight] in operations.cpp). Every backend call, from either thread, holds `backend_mutex()`.
 /// A driver error in the worker is kept and rethrown by the next wait().
 
 #include <condition_variable>

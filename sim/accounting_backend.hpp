@@ -36,7 +36,6 @@ class accounting_backend final : public backend_adaptor {
   /// Wraps `inner` (not null); `model` prices the calls.
   accounting_backend(std::unique_ptr<vmm_backend> inner, latency_model model);
 
-  [[nodiscard]] std::string do_name() const override { return "accounting(" + inner().name() + ")"; }
   /// The step thread's calls (read from the step thread).
   [[nodiscard]] const vmm_side& step_side() const { return step_; }
   /// The worker's calls so far (a consistent total once the worker has drained).
@@ -47,6 +46,7 @@ class accounting_backend final : public backend_adaptor {
   [[nodiscard]] std::uint64_t price_ns(vmm_call call, std::uint64_t chunks = 1) const;
 
  private:
+  [[nodiscard]] std::string do_name() const override { return "accounting(" + inner().name() + ")"; }
   [[nodiscard]] device_addr do_reserve(std::uint64_t bytes) override;
   void do_free_range(device_addr base) override;
   [[nodiscard]] std::optional<chunk_handle> do_create_chunk() override;

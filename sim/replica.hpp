@@ -42,7 +42,7 @@
 ///   run, and a step waits only when a page it needs is not mapped yet by the worker's clock.
 /// Without lookahead, or with synchronous lookahead (`--async-lookahead false`), every call is
 /// the step thread's: all VMM time is on the critical path. The worker's own time is reported
-/// beside (vmm_worker_time_us), off the path.
+/// beside (the summary's vmm_model.worker_time_us), off the path.
 /// Wall time (the real calls on `cuda`, emulated step compute, measured waits) is reported in
 /// the summary's `measured` block and never read by the replica's decisions.
 ///
