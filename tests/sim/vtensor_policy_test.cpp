@@ -115,3 +115,20 @@ TEST_CASE("vtensor policy: with chunks created ahead, creation leaves the clock"
         r.step.total_model_ns() - r.step.model_ns[static_cast<std::size_t>(vmm_call::create)]);
   p->check_invariants();  // with the worker's job in flight or not
 }
+
+TEST_CASE("vtensor policy: checking invariants after every step changes no decision of an asynchronous replay") {
+  std::vector<std::string> lines;
+  for (std::uint64_t i = 0; i < 24; ++i) lines.push_back(mooncake_line(i * 40, 700 + 97 * (i % 5), 30 + i, 100 * (i % 3)));
+  const auto path = write_trace("async_checks.jsonl", lines);
+  auto o = llama_policy(k_unlimited, false);  // built-in H200 costs: the worker model matters
+  o.lookahead_pages = 2;
+  o.async_lookahead = true;
+  auto checked = llama_replay();
+  checked.replica.check_every_step = true;
+  auto unchecked = llama_replay();
+  unchecked.replica.check_every_step = false;
+  const auto a = summary_json(replay_file(path, o, checked), {}, 0, false);
+  const auto b = summary_json(replay_file(path, o, unchecked), {}, 0, false);
+  CHECK(a.dump() == b.dump());
+  CHECK(a["vmm_critical_time_us"].get<double>() > 0);
+}
