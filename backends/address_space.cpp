@@ -16,21 +16,24 @@ std::string span_text(device_addr va, std::uint64_t bytes) { return fmt::format(
 
 // ---- ranges ------------------------------------------------------------------------------------
 
-void address_space::add_range(device_addr base, std::uint64_t bytes) { ranges_.emplace(base, range_info{bytes, 0, {}}); }
+void address_space::add_range(device_addr base, std::uint64_t bytes) {
+  ranges_.emplace(base, range_info{bytes, 0, {}});
+}
 
 std::uint64_t address_space::check_free_range(device_addr base) const {
   const auto it = ranges_.find(base);
   if (it == ranges_.end()) {
     if (const auto inside = range_of(base)) {
-      throw vmm_error(vmm_call::free_range, base,
-                      fmt::format("not the base of a reserved range (inside {})", span_text(inside->first, inside->second)));
+      throw vmm_error(
+          vmm_call::free_range, base,
+          fmt::format("not the base of a reserved range (inside {})", span_text(inside->first, inside->second)));
     }
     throw vmm_error(vmm_call::free_range, base, "no reserved range at this address");
   }
   if (it->second.mapped_spans != 0) {
-    throw vmm_error(vmm_call::free_range, base,
-                    fmt::format("range {} still holds {} mapping(s)", span_text(base, it->second.bytes),
-                                it->second.mapped_spans));
+    throw vmm_error(
+        vmm_call::free_range, base,
+        fmt::format("range {} still holds {} mapping(s)", span_text(base, it->second.bytes), it->second.mapped_spans));
   }
   return it->second.bytes;
 }
@@ -100,9 +103,9 @@ void address_space::check_release(chunk_handle h) const {
     throw vmm_error(vmm_call::release, 0, fmt::format("chunk handle {:#x} is unknown or already released", h.value));
   }
   if (entries_[entry].mappings != 0) {
-    throw vmm_error(vmm_call::release, 0,
-                    fmt::format("chunk handle {:#x} is still mapped at {} address(es)", h.value,
-                                entries_[entry].mappings));
+    throw vmm_error(
+        vmm_call::release, 0,
+        fmt::format("chunk handle {:#x} is still mapped at {} address(es)", h.value, entries_[entry].mappings));
   }
 }
 

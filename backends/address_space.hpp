@@ -124,14 +124,14 @@ class address_space {
   /// The entry of live chunk `h`, or k_no_entry.
   [[nodiscard]] std::uint32_t entry_of(chunk_handle h) const;
 
-  range_map ranges_;                               ///< reserved ranges by base
-  range_map::iterator last_range_ = ranges_.end();  ///< the range a call used last
-  slot_fn slot_of_;                                ///< handle -> entry, when handles carry it
-  std::vector<chunk_entry> entries_;               ///< the chunk table
-  std::vector<std::uint32_t> free_entries_;        ///< free entries (hash-indexed tables only)
+  range_map ranges_;                                        ///< reserved ranges by base
+  range_map::iterator last_range_ = ranges_.end();          ///< the range a call used last
+  slot_fn slot_of_;                                         ///< handle -> entry, when handles carry it
+  std::vector<chunk_entry> entries_;                        ///< the chunk table
+  std::vector<std::uint32_t> free_entries_;                 ///< free entries (hash-indexed tables only)
   std::unordered_map<std::uint64_t, std::uint32_t> index_;  ///< handle -> entry, without slot_of_
-  std::uint64_t live_chunks_ = 0;                  ///< live entries
-  std::uint64_t mappings_ = 0;                     ///< chunk-sized mappings in all ranges
+  std::uint64_t live_chunks_ = 0;                           ///< live entries
+  std::uint64_t mappings_ = 0;                              ///< chunk-sized mappings in all ranges
 };
 
 }  // namespace vtensor

@@ -4,8 +4,7 @@
 
 namespace vtensor {
 
-counting_backend::counting_backend(std::unique_ptr<vmm_backend> inner)
-    : backend_adaptor(std::move(inner)) {}
+counting_backend::counting_backend(std::unique_ptr<vmm_backend> inner) : backend_adaptor(std::move(inner)) {}
 
 void counting_backend::enable_trace(std::size_t max_records) {
   tracing_ = true;
@@ -84,13 +83,11 @@ void counting_backend::do_release_chunk(chunk_handle h) {
 }
 
 void counting_backend::do_map(device_addr va, chunk_handle h) {
-  traced({.call = vmm_call::map, .va = va, .bytes = chunk_bytes(), .handle = h},
-         [&] { inner().map(va, h); });
+  traced({.call = vmm_call::map, .va = va, .bytes = chunk_bytes(), .handle = h}, [&] { inner().map(va, h); });
 }
 
 void counting_backend::do_set_access(device_addr va, std::uint64_t bytes) {
-  traced({.call = vmm_call::set_access, .va = va, .bytes = bytes},
-         [&] { inner().set_access(va, bytes); });
+  traced({.call = vmm_call::set_access, .va = va, .bytes = bytes}, [&] { inner().set_access(va, bytes); });
 }
 
 void counting_backend::do_unmap(device_addr va, std::uint64_t bytes) {

@@ -34,12 +34,12 @@ inline constexpr enum_names<call_result, 3> k_call_result_names{{{
 
 /// One forwarded call.
 struct trace_record {
-  vmm_call call = vmm_call::reserve;  ///< kind of call
-  device_addr va = 0;                 ///< address: base returned (reserve), argument otherwise; 0 if none
-  std::uint64_t bytes = 0;            ///< size argument (reserve, set_access, unmap), chunk bytes for map; else 0
-  chunk_handle handle{};              ///< handle argument or created handle; {} if none
+  vmm_call call = vmm_call::reserve;     ///< kind of call
+  device_addr va = 0;                    ///< address: base returned (reserve), argument otherwise; 0 if none
+  std::uint64_t bytes = 0;               ///< size argument (reserve, set_access, unmap), chunk bytes for map; else 0
+  chunk_handle handle{};                 ///< handle argument or created handle; {} if none
   call_result result = call_result::ok;  ///< how the call ended
-  std::uint64_t charged_ns = 0;       ///< time the inner backend charged for it
+  std::uint64_t charged_ns = 0;          ///< time the inner backend charged for it
 };
 
 /// Counting/tracing adaptor; named "counting(<inner>)". Tracing costs one vector append (and

@@ -18,11 +18,28 @@ namespace {
 
 // Every driver entry point the backend uses, resolved from libcuda.so.1 at run time. The names go
 // through cuda.h's macros first, so versioned symbols (cuMemGetInfo_v2, ...) are the ones looked up.
-#define VTENSOR_CUDA_DRIVER_CALLS(X)                                                                       \
-  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuGetErrorName)                \
-  X(cuMemGetInfo) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)    \
-  X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
+// clang-format off
+#define VTENSOR_CUDA_DRIVER_CALLS(X) \
+  X(cuInit) \
+  X(cuDriverGetVersion) \
+  X(cuDeviceGetCount) \
+  X(cuDeviceGet) \
+  X(cuDeviceGetName) \
+  X(cuDeviceGetAttribute) \
+  X(cuDevicePrimaryCtxRetain) \
+  X(cuDevicePrimaryCtxRelease) \
+  X(cuCtxSetCurrent) \
+  X(cuGetErrorName) \
+  X(cuMemGetInfo) \
+  X(cuMemGetAllocationGranularity) \
+  X(cuMemAddressReserve) \
+  X(cuMemAddressFree) \
+  X(cuMemCreate) \
+  X(cuMemRelease) \
+  X(cuMemMap) \
+  X(cuMemUnmap) \
+  X(cuMemSetAccess)
+// clang-format on
 
 struct driver_api {
 #define VTENSOR_DECLARE(fn) decltype(&fn) fn##_ = nullptr;
@@ -49,7 +66,7 @@ struct cuda_backend::state {
   std::string device_name;
   int driver_version = 0;
   std::uint64_t capacity_chunks = 0;
-  address_space space;     // ranges, chunks, mappings and the contract's checks
+  address_space space;       // ranges, chunks, mappings and the contract's checks
   CUmemAccessDesc access{};  // read-write for this device
 
   std::string error_name(CUresult r) const {
@@ -89,8 +106,8 @@ void cuda_backend::state::load_driver() {
   if (library == nullptr) {
     throw cuda_unavailable(fmt::format("cuda backend: no CUDA driver on this machine ({})", ::dlerror()));
   }
-#define VTENSOR_RESOLVE(fn)                                                             \
-  api.fn##_ = reinterpret_cast<decltype(&fn)>(::dlsym(library, VTENSOR_STR(fn)));       \
+#define VTENSOR_RESOLVE(fn)                                                       \
+  api.fn##_ = reinterpret_cast<decltype(&fn)>(::dlsym(library, VTENSOR_STR(fn))); \
   if (api.fn##_ == nullptr) throw cuda_unavailable("cuda backend: the driver lacks " VTENSOR_STR(fn));
   VTENSOR_CUDA_DRIVER_CALLS(VTENSOR_RESOLVE)
 #undef VTENSOR_RESOLVE
@@ -112,7 +129,8 @@ void cuda_backend::state::open_device(int device_index) {
   int vmm = 0;
   require(api.cuDeviceGetAttribute_(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device),
           "cuDeviceGetAttribute");
-  if (vmm == 0) throw cuda_unavailable(fmt::format("cuda backend: {} does not support virtual memory management", name));
+  if (vmm == 0)
+    throw cuda_unavailable(fmt::format("cuda backend: {} does not support virtual memory management", name));
   require(api.cuDevicePrimaryCtxRetain_(&context, device), "cuDevicePrimaryCtxRetain");
   make_current();
   const CUmemAllocationProp prop = chunk_prop();

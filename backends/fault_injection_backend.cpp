@@ -7,8 +7,7 @@
 
 namespace vtensor {
 
-fault_injection_backend::fault_injection_backend(std::unique_ptr<vmm_backend> inner,
-                                                 std::uint64_t seed)
+fault_injection_backend::fault_injection_backend(std::unique_ptr<vmm_backend> inner, std::uint64_t seed)
     : backend_adaptor(std::move(inner)), seed_(seed), rng_(seed) {}
 
 void fault_injection_backend::fail_nth(vmm_call call, std::uint64_t n) {
@@ -26,8 +25,7 @@ void fault_injection_backend::fail_every(vmm_call call, std::uint64_t n) {
 void fault_injection_backend::fail_with_probability(vmm_call call, double p) {
   if (!(p >= 0.0 && p <= 1.0)) {
     throw std::invalid_argument(
-        fmt::format("fault_injection_backend: probability {} for {} is not in [0, 1]", p,
-                    to_string(call)));
+        fmt::format("fault_injection_backend: probability {} for {} is not in [0, 1]", p, to_string(call)));
   }
   rules_[static_cast<std::size_t>(call)].probability = p;
 }

@@ -7,7 +7,8 @@
 /// Note [Which calls fail]
 /// Calls are numbered per kind from 1, counting every call this adaptor received (failed ones
 /// included, and the set-access of a map_with_access). The adaptor numbers them itself, as its
-/// hooks run: the counters of the base class are the public record, kept after each call. A call fails when any rule of its kind says so:
+/// hooks run: the counters of the base class are the public record, kept after each call. A call fails when any rule of
+/// its kind says so:
 ///  - fail_nth(kind, n): the n-th call only, once;
 ///  - fail_every(kind, n): calls n, 2n, 3n, ...;
 ///  - fail_with_probability(kind, p): each call with probability p, drawn from one
@@ -42,18 +43,16 @@ class fault_injection_backend final : public backend_adaptor {
   /// Faults injected so far, all kinds.
   [[nodiscard]] std::uint64_t faults_injected() const;
   /// Faults injected so far for one kind.
-  [[nodiscard]] std::uint64_t faults_injected(vmm_call call) const {
-    return injected_[static_cast<std::size_t>(call)];
-  }
+  [[nodiscard]] std::uint64_t faults_injected(vmm_call call) const { return injected_[static_cast<std::size_t>(call)]; }
   /// The seed given at construction.
   [[nodiscard]] std::uint64_t seed() const { return seed_; }
 
  private:
   [[nodiscard]] std::string do_name() const override { return "fault_injection(" + inner().name() + ")"; }
   struct fault_rule {
-    std::uint64_t nth = 0;       ///< fail the call with this number; 0: none
-    bool repeat = false;         ///< fail every multiple of nth, not just nth
-    double probability = 0.0;    ///< chance of failing each call
+    std::uint64_t nth = 0;     ///< fail the call with this number; 0: none
+    bool repeat = false;       ///< fail every multiple of nth, not just nth
+    double probability = 0.0;  ///< chance of failing each call
   };
 
   [[nodiscard]] device_addr do_reserve(std::uint64_t bytes) override;

@@ -40,8 +40,7 @@ std::uint64_t read_ns(const nlohmann::json& value, const std::string& file, cons
     }
   }
   throw calibration_error(file, key,
-                          fmt::format("expected a non-negative number of nanoseconds, got {}",
-                                      describe(value)));
+                          fmt::format("expected a non-negative number of nanoseconds, got {}", describe(value)));
 }
 
 }  // namespace
@@ -114,13 +113,11 @@ latency_model latency_model::parse(std::string_view json_text, std::string_view 
 
   const nlohmann::json& format = require("format");
   if (!format.is_string() || format.get<std::string>() != k_format) {
-    throw calibration_error(file, "format",
-                            fmt::format("expected \"{}\", got {}", k_format, describe(format)));
+    throw calibration_error(file, "format", fmt::format("expected \"{}\", got {}", k_format, describe(format)));
   }
   const nlohmann::json& version = require("version");
   if (!version.is_number_integer() || version.get<std::int64_t>() != k_version) {
-    throw calibration_error(file, "version",
-                            fmt::format("expected {}, got {}", k_version, describe(version)));
+    throw calibration_error(file, "version", fmt::format("expected {}, got {}", k_version, describe(version)));
   }
 
   latency_model model;
@@ -134,8 +131,9 @@ latency_model latency_model::parse(std::string_view json_text, std::string_view 
   for (const auto& [name, entry] : calls.items()) {
     const std::string key = "calls." + name;
     if (!vmm_call_from_string(name)) {
-      throw calibration_error(file, key, "unknown call; expected one of reserve, free_range, create, "
-                                         "release, map, set_access, unmap");
+      throw calibration_error(file, key,
+                              "unknown call; expected one of reserve, free_range, create, "
+                              "release, map, set_access, unmap");
     }
     if (!entry.is_object()) {
       throw calibration_error(file, key, fmt::format("expected an object, got {}", describe(entry)));
@@ -187,8 +185,7 @@ void latency_model::save(const std::filesystem::path& file) const {
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) {
-      throw calibration_error(file.string(), "",
-                              fmt::format("cannot write: {}", std::strerror(errno)));
+      throw calibration_error(file.string(), "", fmt::format("cannot write: {}", std::strerror(errno)));
     }
     out << to_json();
     out.close();

@@ -65,8 +65,8 @@ std::unique_ptr<vmm_backend> make_backend(std::string_view name, const backend_c
       return entry.make(config);
     }
   }
-  throw unknown_backend_error(fmt::format("unknown backend '{}'; this build has: {}", name,
-                                          fmt::join(backend_names(), ", ")));
+  throw unknown_backend_error(
+      fmt::format("unknown backend '{}'; this build has: {}", name, fmt::join(backend_names(), ", ")));
 }
 
 }  // namespace vtensor

@@ -39,7 +39,6 @@ class unknown_backend_error : public std::invalid_argument {
 
 /// Builds the backend `name` for `config`. Throws unknown_backend_error (message lists the names
 /// this build has), calibration_error for a bad calibration file, or what the backend throws.
-[[nodiscard]] std::unique_ptr<vmm_backend> make_backend(std::string_view name,
-                                                        const backend_config& config);
+[[nodiscard]] std::unique_ptr<vmm_backend> make_backend(std::string_view name, const backend_config& config);
 
 }  // namespace vtensor

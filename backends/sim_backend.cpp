@@ -12,9 +12,7 @@ constexpr std::uint64_t k_slot_mask = 0xffff'ffff;
 // indexed by it.
 std::uint32_t slot_of(chunk_handle h) { return static_cast<std::uint32_t>((h.value & k_slot_mask) - 1); }
 
-std::string span_text(device_addr va, std::uint64_t bytes) {
-  return fmt::format("[{:#x}, {:#x})", va, va + bytes);
-}
+std::string span_text(device_addr va, std::uint64_t bytes) { return fmt::format("[{:#x}, {:#x})", va, va + bytes); }
 
 }  // namespace
 
@@ -23,11 +21,11 @@ sim_backend::sim_backend(std::uint64_t capacity_bytes, latency_model model, va_w
       model_(std::move(model)),
       window_(window),
       space_(&slot_of) {
-  if (window.base % k_chunk_bytes != 0 || window.bytes % k_chunk_bytes != 0 || window.base == 0 ||
-      window.bytes == 0 || window.bytes > std::numeric_limits<std::uint64_t>::max() - window.base) {
-    throw std::invalid_argument(fmt::format(
-        "sim_backend: address window {} must be non-empty, non-null and 2 MiB aligned",
-        span_text(window.base, window.bytes)));
+  if (window.base % k_chunk_bytes != 0 || window.bytes % k_chunk_bytes != 0 || window.base == 0 || window.bytes == 0 ||
+      window.bytes > std::numeric_limits<std::uint64_t>::max() - window.base) {
+    throw std::invalid_argument(
+        fmt::format("sim_backend: address window {} must be non-empty, non-null and 2 MiB aligned",
+                    span_text(window.base, window.bytes)));
   }
   for (std::size_t i = 0; i < k_vmm_call_kinds; ++i) {
     cost_ns_[i] = model_.cost_ns(static_cast<vmm_call>(i));
@@ -173,9 +171,7 @@ std::optional<chunk_handle> sim_backend::mapped_chunk(device_addr va) const {
 }
 
 void sim_backend::check_invariants() const {
-  const auto fail = [](const std::string& why) {
-    throw std::logic_error("sim_backend invariant broken: " + why);
-  };
+  const auto fail = [](const std::string& why) { throw std::logic_error("sim_backend invariant broken: " + why); };
   std::uint64_t reserved_bytes = 0;
   device_addr previous_end = window_.base;
   for (const auto& [base, info] : space_.ranges()) {
@@ -190,8 +186,7 @@ void sim_backend::check_invariants() const {
     if (!free_by_size_.contains({bytes, base})) {
       fail(fmt::format("free block {} missing from the size index", span_text(base, bytes)));
     }
-    if (const auto next = free_by_addr_.upper_bound(base);
-        next != free_by_addr_.end() && base + bytes >= next->first) {
+    if (const auto next = free_by_addr_.upper_bound(base); next != free_by_addr_.end() && base + bytes >= next->first) {
       fail(fmt::format("free block {} not coalesced with its successor", span_text(base, bytes)));
     }
     if (range_of(base) || range_of(base + bytes - 1)) {

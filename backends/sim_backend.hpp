@@ -33,7 +33,7 @@ namespace vtensor {
 
 /// The part of the address space a sim_backend hands ranges from.
 struct va_window {
-  device_addr base = device_addr{0x1000'0000'0000};                       ///< first address (16 TiB)
+  device_addr base = device_addr{0x1000'0000'0000};                          ///< first address (16 TiB)
   std::uint64_t bytes = std::uint64_t{0x7fff'0000'0000} - 0x1000'0000'0000;  ///< ~112 TiB
 };
 
@@ -47,8 +47,8 @@ class sim_backend final : public vmm_backend {
 
   /// A device of `capacity_bytes` (rounded down to whole chunks; k_unlimited for no limit),
   /// charging `model`'s costs, handing ranges from `window` (2 MiB aligned, else invalid_argument).
-  explicit sim_backend(std::uint64_t capacity_bytes = k_unlimited,
-                       latency_model model = latency_model::h200(), va_window window = {});
+  explicit sim_backend(std::uint64_t capacity_bytes = k_unlimited, latency_model model = latency_model::h200(),
+                       va_window window = {});
 
   /// The costs this device charges.
   [[nodiscard]] const latency_model& model() const { return model_; }
@@ -95,8 +95,8 @@ class sim_backend final : public vmm_backend {
   std::array<std::uint64_t, k_vmm_call_kinds> cost_ns_{};  ///< model_'s mean costs, for the hot path
   va_window window_;
 
-  address_space space_;                                     ///< ranges, chunks, mappings and the rules
-  std::map<device_addr, std::uint64_t> free_by_addr_;        ///< free blocks: base -> bytes
+  address_space space_;                                           ///< ranges, chunks, mappings and the rules
+  std::map<device_addr, std::uint64_t> free_by_addr_;             ///< free blocks: base -> bytes
   std::set<std::pair<std::uint64_t, device_addr>> free_by_size_;  ///< free blocks: (bytes, base)
   std::uint64_t free_va_bytes_ = 0;
 

@@ -37,16 +37,14 @@ void vmm_backend::check_aligned(vmm_call call, device_addr va, std::uint64_t byt
     return power_of_two ? (x & (granularity - 1)) != 0 : x % granularity != 0;
   };
   if (misaligned(va)) [[unlikely]] {
-    throw vmm_error(call, va,
-                    fmt::format("address is not a multiple of the {} byte granularity", granularity));
+    throw vmm_error(call, va, fmt::format("address is not a multiple of the {} byte granularity", granularity));
   }
   if (bytes == 0) [[unlikely]] {
     throw vmm_error(call, va, "size is zero bytes");
   }
   if (misaligned(bytes)) [[unlikely]] {
     throw vmm_error(call, va,
-                    fmt::format("size {} bytes is not a multiple of the {} byte granularity", bytes,
-                                granularity));
+                    fmt::format("size {} bytes is not a multiple of the {} byte granularity", bytes, granularity));
   }
   if (bytes > std::numeric_limits<std::uint64_t>::max() - va) [[unlikely]] {
     throw vmm_error(call, va, fmt::format("span of {} bytes wraps around the address space", bytes));

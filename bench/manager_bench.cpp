@@ -104,11 +104,18 @@ void BM_create_prefix_hit_64_chunks(benchmark::State& state, kv_layout layout) {
 }
 
 BENCHMARK_CAPTURE(BM_create_prefix_hit_64_chunks, kv_split, kv_layout::kv_split)
-    ->ArgName("block_tokens")->Arg(512)->UseManualTime();
+    ->ArgName("block_tokens")
+    ->Arg(512)
+    ->UseManualTime();
 BENCHMARK_CAPTURE(BM_create_prefix_hit_64_chunks, kv_fused, kv_layout::kv_fused)
-    ->ArgName("block_tokens")->Arg(512)->UseManualTime();
+    ->ArgName("block_tokens")
+    ->Arg(512)
+    ->UseManualTime();
 BENCHMARK_CAPTURE(BM_create_prefix_hit_64_chunks, token_major, kv_layout::token_major)
-    ->ArgName("block_tokens")->Arg(16)->Arg(512)->UseManualTime();
+    ->ArgName("block_tokens")
+    ->Arg(16)
+    ->Arg(512)
+    ->UseManualTime();
 
 // Each iteration creates (untimed) a request whose 1024-token prompt (64 chunks) is new, then
 // finishes it: the prompt is inserted in the rTree, its pages recorded, its mappings and range
@@ -137,17 +144,25 @@ void BM_finish_record_64_chunks(benchmark::State& state, kv_layout layout) {
     state.SetIterationTime(seconds(t0, t1));
   }
   const auto s = m.stats();
-  state.counters["recorded_chunks"] = static_cast<double>(m.geometry().pages_for_tokens(prompt) * m.geometry().tensors());
+  state.counters["recorded_chunks"] =
+      static_cast<double>(m.geometry().pages_for_tokens(prompt) * m.geometry().tensors());
   state.counters["tree_nodes"] = static_cast<double>(s.tree_nodes);
   m.check_invariants();
 }
 
 BENCHMARK_CAPTURE(BM_finish_record_64_chunks, kv_split, kv_layout::kv_split)
-    ->ArgName("block_tokens")->Arg(512)->UseManualTime();
+    ->ArgName("block_tokens")
+    ->Arg(512)
+    ->UseManualTime();
 BENCHMARK_CAPTURE(BM_finish_record_64_chunks, kv_fused, kv_layout::kv_fused)
-    ->ArgName("block_tokens")->Arg(512)->UseManualTime();
+    ->ArgName("block_tokens")
+    ->Arg(512)
+    ->UseManualTime();
 BENCHMARK_CAPTURE(BM_finish_record_64_chunks, token_major, kv_layout::token_major)
-    ->ArgName("block_tokens")->Arg(16)->Arg(512)->UseManualTime();
+    ->ArgName("block_tokens")
+    ->Arg(16)
+    ->Arg(512)
+    ->UseManualTime();
 
 // Each iteration creates a request of `range(0)` pages of new tokens (no prefix; the pool and the
 // range cache are warm, so no create or reserve) and finishes it without recording (untimed).

@@ -8,8 +8,8 @@
 /// submits a job, as if the mapping were in place; only the driver calls are deferred. Whoever
 /// touches those addresses again (a step that needs the page, an unmap) first waits for the job's
 /// ticket; an invariant check does not wait, and leaves out what a job in flight may still change
-/// (Note [Checking with jobs in flight] in operations.cpp). Every backend call, from either thread, holds `backend_mutex()`.
-/// A driver error in the worker is kept and rethrown by the next wait().
+/// (Note [Checking with jobs in flight] in operations.cpp). Every backend call, from either thread, holds
+/// `backend_mutex()`. A driver error in the worker is kept and rethrown by the next wait().
 
 #include <condition_variable>
 #include <cstdint>
@@ -34,8 +34,8 @@ struct mapping_entry {
 /// afterwards, by the worker or at once: the driver calls go back to back, a map and a
 /// set-access per chunk (Note [One set-access per chunk]).
 struct mapping_job {
-  std::vector<mapping_entry> maps;     ///< in order
-  std::uint32_t create_chunks = 0;     ///< chunks to create ahead of need
+  std::vector<mapping_entry> maps;  ///< in order
+  std::uint32_t create_chunks = 0;  ///< chunks to create ahead of need
   [[nodiscard]] bool empty() const { return maps.empty() && create_chunks == 0; }
   /// Chunks the job maps.
   [[nodiscard]] std::size_t chunks() const { return maps.size(); }
@@ -47,10 +47,10 @@ void run_mapping_job(vmm_backend& backend, const mapping_job& job);
 
 /// What the worker did and what callers waited.
 struct async_counters {
-  std::uint64_t mapped_chunks = 0;     ///< chunks mapped by the worker
-  std::uint64_t worker_vmm_ns = 0;     ///< backend time charged by the worker's calls (off the step)
-  std::uint64_t waits = 0;             ///< waits that found their job not done
-  std::uint64_t wait_ns = 0;           ///< wall time spent in those waits
+  std::uint64_t mapped_chunks = 0;  ///< chunks mapped by the worker
+  std::uint64_t worker_vmm_ns = 0;  ///< backend time charged by the worker's calls (off the step)
+  std::uint64_t waits = 0;          ///< waits that found their job not done
+  std::uint64_t wait_ns = 0;        ///< wall time spent in those waits
 };
 
 /// The worker. Created by operations when asynchronous lookahead is on.

@@ -22,30 +22,30 @@ namespace vtensor {
 /// Everything a manager is built from.
 struct manager_config {
   kv_geometry geometry{*model_preset("llama-3-8b"), kv_layout::kv_split};  ///< model x layout
-  scheduler_config scheduler;                                             ///< scheduling policies
-  std::string eviction = "lru";                                           ///< rTree eviction policy name
+  scheduler_config scheduler;                                              ///< scheduling policies
+  std::string eviction = "lru";                                            ///< rTree eviction policy name
 };
 
 /// A consistent snapshot of memory and activity. Definitions: docs/metrics.md.
 struct manager_stats {
-  memory_stats memory;                ///< bytes held, mapped, used, cached, idle, logical
-  std::uint64_t live_requests = 0;    ///< requests created and not finished or preempted
-  std::uint64_t prompt_tokens = 0;    ///< prompt tokens of created requests
-  std::uint64_t prefix_hit_tokens = 0;  ///< of which served from the prefix cache
-  std::uint64_t recomputed_tokens = 0;  ///< cached tokens recomputed by the partial-page policy
-  std::uint64_t cow_bytes = 0;        ///< bytes copied by copy-on-write
-  std::uint64_t evicted_nodes = 0;    ///< prefix-cache leaves evicted
-  std::uint64_t preemption_signals = 0;  ///< calls answered needs_preemption
-  std::uint64_t preempted = 0;        ///< requests preempted
-  std::uint64_t tree_nodes = 0;       ///< rTree nodes
-  std::uint64_t tree_pages = 0;       ///< page versions cached in the rTree
-  vmm_counters vmm;                   ///< VMM calls and charged time per kind
-  std::uint64_t async_vmm_ns = 0;     ///< of vmm's time, what the mapping worker charged (off the step)
-  std::uint64_t async_mapped_chunks = 0;  ///< chunks mapped by the worker
-  std::uint64_t chunks_created_ahead = 0; ///< chunks the worker created ahead of need
-  std::uint64_t chunks_created = 0;   ///< chunks created in all (after warm-up, ideally no more)
-  std::uint64_t mapping_waits = 0;    ///< extends that waited for a worker mapping
-  std::uint64_t mapping_wait_ns = 0;  ///< wall time of those waits
+  memory_stats memory;                     ///< bytes held, mapped, used, cached, idle, logical
+  std::uint64_t live_requests = 0;         ///< requests created and not finished or preempted
+  std::uint64_t prompt_tokens = 0;         ///< prompt tokens of created requests
+  std::uint64_t prefix_hit_tokens = 0;     ///< of which served from the prefix cache
+  std::uint64_t recomputed_tokens = 0;     ///< cached tokens recomputed by the partial-page policy
+  std::uint64_t cow_bytes = 0;             ///< bytes copied by copy-on-write
+  std::uint64_t evicted_nodes = 0;         ///< prefix-cache leaves evicted
+  std::uint64_t preemption_signals = 0;    ///< calls answered needs_preemption
+  std::uint64_t preempted = 0;             ///< requests preempted
+  std::uint64_t tree_nodes = 0;            ///< rTree nodes
+  std::uint64_t tree_pages = 0;            ///< page versions cached in the rTree
+  vmm_counters vmm;                        ///< VMM calls and charged time per kind
+  std::uint64_t async_vmm_ns = 0;          ///< of vmm's time, what the mapping worker charged (off the step)
+  std::uint64_t async_mapped_chunks = 0;   ///< chunks mapped by the worker
+  std::uint64_t chunks_created_ahead = 0;  ///< chunks the worker created ahead of need
+  std::uint64_t chunks_created = 0;        ///< chunks created in all (after warm-up, ideally no more)
+  std::uint64_t mapping_waits = 0;         ///< extends that waited for a worker mapping
+  std::uint64_t mapping_wait_ns = 0;       ///< wall time of those waits
 
   /// prefix hit tokens / prompt tokens.
   [[nodiscard]] double prefix_hit_rate() const { return vtensor::prefix_hit_rate(prefix_hit_tokens, prompt_tokens); }

@@ -244,8 +244,6 @@ vmm_counters operations::vmm_stats() const {
   return backend_.counters();
 }
 
-
-
 void operations::drop_cache_and_trim() {
   auto pages = tree_.clear();
   drop_pages(pages);
@@ -267,7 +265,8 @@ void operations::check_invariants() const {
   pset_.for_each([&](chunk_id id, const chunk_record& r) {
     const auto it = tree_refs.find(id.value);
     const std::uint32_t t = it == tree_refs.end() ? 0 : it->second;
-    if (r.tree_refs != t) fail(fmt::format("chunk {}: {} tree refs recorded, {} in the tree", id.value, r.tree_refs, t));
+    if (r.tree_refs != t)
+      fail(fmt::format("chunk {}: {} tree refs recorded, {} in the tree", id.value, r.tree_refs, t));
     if (r.ref_count != r.mappings.size() + r.tree_refs) {
       fail(fmt::format("chunk {}: reference count {} != {} mappings + {} tree refs", id.value, r.ref_count,
                        r.mappings.size(), r.tree_refs));
@@ -326,7 +325,8 @@ void operations::check_backend() const {
     fail(fmt::format("backend holds {} chunks, pSet {} and {} created ahead (created = free + in use)", live.chunks,
                      pset_.live(), idle->unadopted_chunks));
   }
-  if (live.mappings != vset_.size()) fail(fmt::format("backend holds {} mappings, vSet {}", live.mappings, vset_.size()));
+  if (live.mappings != vset_.size())
+    fail(fmt::format("backend holds {} mappings, vSet {}", live.mappings, vset_.size()));
 }
 
 }  // namespace vtensor

@@ -45,7 +45,8 @@ chunk_handle pset::forget(chunk_id id) {
 void pset::put_free(chunk_id id) {
   chunk_record& c = chunks_[id.value];
   if (c.ref_count != 0 || c.in_free_pool) {
-    throw std::logic_error(fmt::format("pset: chunk {} put back to the free pool while referenced or already there", id.value));
+    throw std::logic_error(
+        fmt::format("pset: chunk {} put back to the free pool while referenced or already there", id.value));
   }
   c.in_free_pool = true;
   free_.push_back(id);

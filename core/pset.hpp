@@ -25,12 +25,12 @@ enum class chunk_state : std::uint8_t {
 
 /// One physical chunk.
 struct chunk_record {
-  chunk_handle handle;               ///< the backend's handle; value 0 when the slot is empty
-  std::uint32_t ref_count = 0;       ///< mappings + tree refs
-  std::uint32_t tree_refs = 0;       ///< rTree page entries naming this chunk
-  std::uint32_t shared_mappings = 0; ///< mappings flagged shared (immutable prefix)
-  bool in_free_pool = false;         ///< sits in the free pool
-  mapping_list mappings;             ///< every mapping of this chunk
+  chunk_handle handle;                ///< the backend's handle; value 0 when the slot is empty
+  std::uint32_t ref_count = 0;        ///< mappings + tree refs
+  std::uint32_t tree_refs = 0;        ///< rTree page entries naming this chunk
+  std::uint32_t shared_mappings = 0;  ///< mappings flagged shared (immutable prefix)
+  bool in_free_pool = false;          ///< sits in the free pool
+  mapping_list mappings;              ///< every mapping of this chunk
 
   [[nodiscard]] chunk_state state() const {
     if (!mappings.empty()) return chunk_state::active;

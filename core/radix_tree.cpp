@@ -17,8 +17,9 @@ std::uint64_t sum_tokens(std::span<const token_block> blocks) {
 }
 
 auto child_lower_bound(const std::vector<std::unique_ptr<radix_node>>& children, std::uint64_t key) {
-  return std::lower_bound(children.begin(), children.end(), key,
-                          [](const std::unique_ptr<radix_node>& c, std::uint64_t k) { return c->edge.front().key < k; });
+  return std::lower_bound(
+      children.begin(), children.end(), key,
+      [](const std::unique_ptr<radix_node>& c, std::uint64_t k) { return c->edge.front().key < k; });
 }
 
 }  // namespace

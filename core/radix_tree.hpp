@@ -38,16 +38,16 @@ struct page_version {
 
 /// A node of the tree. Owned by its parent (the root by the tree).
 struct radix_node {
-  radix_node* parent = nullptr;                 ///< nullptr for the root
-  std::vector<token_block> edge;                ///< blocks from the parent to this node
-  std::uint64_t start_tokens = 0;               ///< tokens on the path before this edge
-  std::uint64_t edge_tokens = 0;                ///< tokens on this edge
-  std::vector<std::unique_ptr<radix_node>> children;  ///< sorted by their first block's key
-  std::vector<page_version> pages;              ///< page versions, sorted by page index
-  std::uint32_t pins = 0;                       ///< live requests pinning this node or a descendant
-  node_stats stats;                             ///< what the eviction policy sees
-  std::uint64_t evict_key = 0;                  ///< priority when it entered the evictable set
-  bool evictable = false;                       ///< linked into the tree's evictable set
+  radix_node* parent = nullptr;                               ///< nullptr for the root
+  std::vector<token_block> edge;                              ///< blocks from the parent to this node
+  std::uint64_t start_tokens = 0;                             ///< tokens on the path before this edge
+  std::uint64_t edge_tokens = 0;                              ///< tokens on this edge
+  std::vector<std::unique_ptr<radix_node>> children;          ///< sorted by their first block's key
+  std::vector<page_version> pages;                            ///< page versions, sorted by page index
+  std::uint32_t pins = 0;                                     ///< live requests pinning this node or a descendant
+  node_stats stats;                                           ///< what the eviction policy sees
+  std::uint64_t evict_key = 0;                                ///< priority when it entered the evictable set
+  bool evictable = false;                                     ///< linked into the tree's evictable set
   boost::intrusive::set_member_hook<link_mode_t> evict_hook;  ///< evictable-set membership
 
   [[nodiscard]] std::uint64_t end_tokens() const { return start_tokens + edge_tokens; }
@@ -127,7 +127,8 @@ class radix_tree {
   };
   using evictable_set = boost::intrusive::multiset<
       radix_node,
-      boost::intrusive::member_hook<radix_node, boost::intrusive::set_member_hook<link_mode_t>, &radix_node::evict_hook>,
+      boost::intrusive::member_hook<radix_node, boost::intrusive::set_member_hook<link_mode_t>,
+                                    &radix_node::evict_hook>,
       boost::intrusive::compare<evict_order>, boost::intrusive::constant_time_size<true>>;
 
   template <class F>

@@ -87,8 +87,8 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
   for (std::uint32_t t = 0; t < tensors; ++t) {  // ascending addresses: tensor by tensor
     for (std::uint32_t i = 0; i < pages; ++i) {
       const std::uint32_t p = first + i;
-      r.maps[std::size_t{p} * tensors + t] =
-          &ops_.map_deferred(r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count, job);
+      r.maps[std::size_t{p} * tensors + t] = &ops_.map_deferred(
+          r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count, job);
     }
   }
   if (deferred) {
@@ -114,10 +114,9 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
 // the more the farther, while short runs of contiguous chunks cost no more than contiguous
 // single chunks (figures and their run: results/README.md, "Figures behind the notes of core/
 // and sim/"). Growing a kv-split request by one page maps one chunk in each tensor span, a span
-// apart (16 MiB at an 8k context, 256 MiB at 128k for Llama-3-8B): the dearest pattern. With lookahead_batch b, a request is
-// topped up only once b pages are missing ahead (or the rest of its range is shorter), so each
-// top-up maps runs of b chunks per tensor. The mean lookahead held is then about k - b/2 pages
-// instead of k.
+// apart (16 MiB at an 8k context, 256 MiB at 128k for Llama-3-8B): the dearest pattern. With lookahead_batch b, a
+// request is topped up only once b pages are missing ahead (or the rest of its range is shorter), so each top-up maps
+// runs of b chunks per tensor. The mean lookahead held is then about k - b/2 pages instead of k.
 
 // Keeps up to `lookahead_pages` pages mapped past the `needed` ones, best effort (no eviction for
 // speculation), in runs of `lookahead_batch` pages; through the worker when asynchronous.
@@ -249,8 +248,8 @@ void scheduler::validate_prompt(const vtensor_record& rec, std::span<const token
   const request_id id = rec.id;
   if (prompt_tokens == 0) throw std::invalid_argument(fmt::format("request {}: empty prompt", id.value));
   if (prompt_tokens > rec.max_tokens) {
-    throw std::invalid_argument(fmt::format("request {}: prompt of {} tokens exceeds its max of {}", id.value,
-                                            prompt_tokens, rec.max_tokens));
+    throw std::invalid_argument(
+        fmt::format("request {}: prompt of {} tokens exceeds its max of {}", id.value, prompt_tokens, rec.max_tokens));
   }
   std::uint64_t block_tokens = 0;
   for (const auto& b : blocks) {
@@ -258,8 +257,8 @@ void scheduler::validate_prompt(const vtensor_record& rec, std::span<const token
     block_tokens += b.tokens;
   }
   if (block_tokens > prompt_tokens) {
-    throw std::invalid_argument(fmt::format("request {}: blocks name {} tokens but the prompt has {}", id.value,
-                                            block_tokens, prompt_tokens));
+    throw std::invalid_argument(
+        fmt::format("request {}: blocks name {} tokens but the prompt has {}", id.value, block_tokens, prompt_tokens));
   }
 }
 
@@ -286,8 +285,8 @@ scheduler::prefix_match scheduler::match_prefix(std::span<const token_block> blo
   }
   m.hit_max = std::min(matched, covered_bytes / bpt);
   m.shared = static_cast<std::uint32_t>(m.hit_max * bpt / chunk);
-  m.hit = config_.partial == partial_page_policy::recompute ? ceil_div(std::uint64_t{m.shared} * chunk, bpt)
-                                                              : m.hit_max;
+  m.hit =
+      config_.partial == partial_page_policy::recompute ? ceil_div(std::uint64_t{m.shared} * chunk, bpt) : m.hit_max;
   m.partial_bytes = m.hit * bpt - std::uint64_t{m.shared} * chunk;  // per tensor, copied
   return m;
 }
@@ -312,8 +311,8 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
   }
   static const std::vector<chunk_id> k_none;
   op_effects fx;
-  const bool built =
-      build(*rec, chunks, m.shared, needed, m.partial_bytes > 0 ? m.best[m.shared]->chunks : k_none, m.partial_bytes, fx);
+  const bool built = build(*rec, chunks, m.shared, needed, m.partial_bytes > 0 ? m.best[m.shared]->chunks : k_none,
+                           m.partial_bytes, fx);
   pool_effects(before, fx);
   if (!built) return {alloc_status::needs_preemption, 0, 0, 0, fx};
   counters_.prompt_tokens += prompt_tokens;
@@ -341,8 +340,8 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
   vtensor_record& r = get(id);
   const std::uint64_t total = r.tokens + tokens;
   if (total > r.max_tokens) {
-    throw std::invalid_argument(fmt::format("request {}: extending to {} tokens exceeds its max of {}", id.value, total,
-                                            r.max_tokens));
+    throw std::invalid_argument(
+        fmt::format("request {}: extending to {} tokens exceeds its max of {}", id.value, total, r.max_tokens));
   }
   const operation_counters before = ops_.counters();
   extend_result result;
@@ -379,9 +378,8 @@ create_result scheduler::fork(request_id parent_id, request_id child_id) {
   const operation_counters before = ops_.counters();
 
   const auto shared = static_cast<std::uint32_t>(parent.tokens * bpt / chunk);
-  const std::uint64_t hit = config_.partial == partial_page_policy::recompute
-                                ? ceil_div(std::uint64_t{shared} * chunk, bpt)
-                                : parent.tokens;
+  const std::uint64_t hit =
+      config_.partial == partial_page_policy::recompute ? ceil_div(std::uint64_t{shared} * chunk, bpt) : parent.tokens;
   const std::uint64_t partial_bytes = hit * bpt - std::uint64_t{shared} * chunk;
   // The parent's whole pages become an immutable shared prefix (it never writes them again).
   account(parent, -1);
@@ -520,8 +518,10 @@ void scheduler::check_record(const vtensor_record& r) const {
   const std::uint32_t tensors = geometry_.tensors();
   const std::uint64_t chunk = geometry_.chunk_bytes();
   const request_id id = r.id;
-  if (r.maps.size() != std::size_t{r.mapped_pages} * tensors) fail(fmt::format("request {}: page table size", id.value));
-  if (r.mapped_pages < geometry_.pages_for_tokens(r.tokens)) fail(fmt::format("request {}: tokens not mapped", id.value));
+  if (r.maps.size() != std::size_t{r.mapped_pages} * tensors)
+    fail(fmt::format("request {}: page table size", id.value));
+  if (r.mapped_pages < geometry_.pages_for_tokens(r.tokens))
+    fail(fmt::format("request {}: tokens not mapped", id.value));
   if (r.mapped_pages > max_pages(r)) fail(fmt::format("request {}: mapped past its reservation", id.value));
   if (r.ready_pages > r.mapped_pages) fail(fmt::format("request {}: more pages ready than mapped", id.value));
   if (r.tokens > r.max_tokens) fail(fmt::format("request {}: tokens past max", id.value));

@@ -35,17 +35,17 @@ inline constexpr enum_names<partial_page_policy, 2> k_partial_page_policy_names{
 
 /// Scheduler settings.
 struct scheduler_config {
-  std::uint64_t max_context_tokens = 131072;           ///< tokens every vTensor range can hold
-  std::uint32_t lookahead_pages = 0;                   ///< pages mapped ahead of need (k)
+  std::uint64_t max_context_tokens = 131072;  ///< tokens every vTensor range can hold
+  std::uint32_t lookahead_pages = 0;          ///< pages mapped ahead of need (k)
   /// Lookahead pages mapped at a time (1 to k): a request is topped up once at least this many
   /// pages are missing ahead, so the driver gets runs of that many chunks per tensor (Note
   /// [Lookahead in runs]). 1: topped up at every page boundary.
   std::uint32_t lookahead_batch = 1;
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page handling
-  std::size_t range_cache = 256;                       ///< freed vTensor ranges kept reserved
-  bool record_on_preempt = true;                       ///< a preempted request's prefix stays cached
-  bool async_lookahead = false;                        ///< lookahead pages mapped by the background worker
-  std::uint32_t create_ahead_chunks = 0;               ///< worker keeps this many chunks free (0: off)
+  std::size_t range_cache = 256;                           ///< freed vTensor ranges kept reserved
+  bool record_on_preempt = true;                           ///< a preempted request's prefix stays cached
+  bool async_lookahead = false;                            ///< lookahead pages mapped by the background worker
+  std::uint32_t create_ahead_chunks = 0;                   ///< worker keeps this many chunks free (0: off)
 
   /// Whether the mapping worker runs: for asynchronous lookahead or for creating chunks ahead.
   /// While it runs, every lookahead mapping is handed to it (Note [Deferred mappings]).
@@ -90,11 +90,11 @@ struct [[nodiscard]] extend_result {
 
 /// Scheduler-level counters.
 struct scheduler_counters {
-  std::uint64_t preempted = 0;          ///< requests preempted
-  std::uint64_t preemption_signals = 0; ///< calls answered needs_preemption
-  std::uint64_t prompt_tokens = 0;      ///< prompt tokens of created requests (forks excluded)
-  std::uint64_t hit_tokens = 0;         ///< of which served from cache
-  std::uint64_t recomputed_tokens = 0;  ///< cached tokens not reused because of the recompute policy
+  std::uint64_t preempted = 0;           ///< requests preempted
+  std::uint64_t preemption_signals = 0;  ///< calls answered needs_preemption
+  std::uint64_t prompt_tokens = 0;       ///< prompt tokens of created requests (forks excluded)
+  std::uint64_t hit_tokens = 0;          ///< of which served from cache
+  std::uint64_t recomputed_tokens = 0;   ///< cached tokens not reused because of the recompute policy
 };
 
 /// The scheduler.
@@ -151,12 +151,12 @@ class scheduler {
  private:
   /// A prefix-cache match for a new prompt (Note [Page versions]).
   struct prefix_match {
-    radix_path path;                         // the matched rTree path
-    std::vector<const page_version*> best;   // the fullest cached version of each page along it
-    std::uint64_t hit_max = 0;               // tokens the cache could serve
-    std::uint64_t hit = 0;                   // tokens it serves under the partial-page policy
-    std::uint32_t shared = 0;                // whole pages mapped shared
-    std::uint64_t partial_bytes = 0;         // bytes per tensor copied into the partial page
+    radix_path path;                        // the matched rTree path
+    std::vector<const page_version*> best;  // the fullest cached version of each page along it
+    std::uint64_t hit_max = 0;              // tokens the cache could serve
+    std::uint64_t hit = 0;                  // tokens it serves under the partial-page policy
+    std::uint32_t shared = 0;               // whole pages mapped shared
+    std::uint64_t partial_bytes = 0;        // bytes per tensor copied into the partial page
   };
 
   vtensor_record& get(request_id id);

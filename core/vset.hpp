@@ -24,17 +24,17 @@ namespace vtensor {
 
 /// One chunk mapped at one virtual address for one request.
 struct mapping {
-  device_addr va = 0;     ///< chunk-aligned address of the span
-  chunk_id chunk;         ///< the chunk mapped there
-  request_id owner;       ///< the live request whose vTensor holds the span
-  bool shared = false;    ///< immutable shared-prefix mapping (no one writes it); else the owner's private page
-  boost::intrusive::list_member_hook<link_mode_t> by_chunk_hook; ///< the chunk's mapping list
+  device_addr va = 0;   ///< chunk-aligned address of the span
+  chunk_id chunk;       ///< the chunk mapped there
+  request_id owner;     ///< the live request whose vTensor holds the span
+  bool shared = false;  ///< immutable shared-prefix mapping (no one writes it); else the owner's private page
+  boost::intrusive::list_member_hook<link_mode_t> by_chunk_hook;  ///< the chunk's mapping list
 };
 
 /// The list of mappings of one chunk (constant-time size).
 using mapping_list = boost::intrusive::list<
-    mapping, boost::intrusive::member_hook<mapping, boost::intrusive::list_member_hook<link_mode_t>,
-                                           &mapping::by_chunk_hook>,
+    mapping,
+    boost::intrusive::member_hook<mapping, boost::intrusive::list_member_hook<link_mode_t>, &mapping::by_chunk_hook>,
     boost::intrusive::constant_time_size<true>>;
 
 /// A vTensor's virtual range and its page table: the unit the vSet orders (Note [vSet by range]).
@@ -101,11 +101,11 @@ class vset {
     using type = device_addr;
     device_addr operator()(const mapped_range& r) const { return r.base; }
   };
-  using by_base_set = boost::intrusive::set<
-      mapped_range,
-      boost::intrusive::member_hook<mapped_range, boost::intrusive::set_member_hook<link_mode_t>,
-                                    &mapped_range::by_base_hook>,
-      boost::intrusive::key_of_value<base_key>, boost::intrusive::constant_time_size<true>>;
+  using by_base_set =
+      boost::intrusive::set<mapped_range,
+                            boost::intrusive::member_hook<mapped_range, boost::intrusive::set_member_hook<link_mode_t>,
+                                                          &mapped_range::by_base_hook>,
+                            boost::intrusive::key_of_value<base_key>, boost::intrusive::constant_time_size<true>>;
 
   by_base_set by_base_;
   std::deque<mapping> nodes_;    // stable storage of every node ever made

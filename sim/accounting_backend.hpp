@@ -23,7 +23,7 @@ namespace vtensor::sim {
 
 /// Calls and time of one side (step thread or worker).
 struct vmm_side {
-  std::array<std::uint64_t, k_vmm_call_kinds> calls{};     ///< calls per kind
+  std::array<std::uint64_t, k_vmm_call_kinds> calls{};       ///< calls per kind
   std::array<std::uint64_t, k_vmm_call_kinds> charged_ns{};  ///< charged by the inner backend, per kind
   std::array<std::uint64_t, k_vmm_call_kinds> model_ns{};    ///< latency-model price, per kind
   [[nodiscard]] std::uint64_t total_charged_ns() const;

@@ -14,10 +14,10 @@ namespace vtensor::sim {
 
 /// The state of a replica at an instant.
 struct replica_state {
-  time_us at = 0;               ///< when
-  memory_stats memory;          ///< the policy's memory
-  std::uint32_t running = 0;    ///< admitted requests
-  std::uint32_t waiting = 0;    ///< arrived, not admitted
+  time_us at = 0;             ///< when
+  memory_stats memory;        ///< the policy's memory
+  std::uint32_t running = 0;  ///< admitted requests
+  std::uint32_t waiting = 0;  ///< arrived, not admitted
 };
 
 /// The peak of each figure over a replay, each taken on its own (they need not coincide).
@@ -32,10 +32,10 @@ struct replica_peaks {
 
 /// p50, p90, p99 (nearest rank) and the mean of a sample, in milliseconds.
 struct latency_summary {
-  double p50 = 0;   ///< median
-  double p90 = 0;   ///< 90th percentile
-  double p99 = 0;   ///< 99th percentile
-  double mean = 0;  ///< arithmetic mean
+  double p50 = 0;           ///< median
+  double p90 = 0;           ///< 90th percentile
+  double p99 = 0;           ///< 99th percentile
+  double mean = 0;          ///< arithmetic mean
   std::uint64_t count = 0;  ///< values
 };
 

@@ -21,8 +21,8 @@ timeseries_writer::timeseries_writer(std::string path) : file_(std::move(path)) 
 void timeseries_writer::on_sample(const replica_state& s) {
   file_.write(fmt::format("{:.6f},{},{},{},{},{},{:.6f},{:.6f},{},{}\n", static_cast<double>(s.at) / 1e6,
                           s.memory.physical_bytes, s.memory.mapped_bytes, s.memory.used_bytes, s.memory.cached_bytes,
-                          s.memory.logical_bytes, s.memory.internal_fragmentation(), s.memory.sharing_saving(), s.running,
-                          s.waiting));
+                          s.memory.logical_bytes, s.memory.internal_fragmentation(), s.memory.sharing_saving(),
+                          s.running, s.waiting));
 }
 
 chrome_trace_writer::chrome_trace_writer(std::string path) : file_(std::move(path)) {
@@ -49,7 +49,8 @@ void chrome_trace_writer::on_step(const step_record& s) {
     const time_us critical_us = std::chrono::ceil<sim_us>(s.vmm_critical).count();
     std::string calls;
     for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
-      if (s.vmm_calls[k] != 0) calls += fmt::format(R"j(,"{}":{})j", to_string(static_cast<vmm_call>(k)), s.vmm_calls[k]);
+      if (s.vmm_calls[k] != 0)
+        calls += fmt::format(R"j(,"{}":{})j", to_string(static_cast<vmm_call>(k)), s.vmm_calls[k]);
     }
     event(fmt::format(
         R"j({{"name":"vmm","ph":"X","pid":1,"tid":2,"ts":{},"dur":{},"args":{{"critical_us":{:.1f},"charged_us":{:.1f}{}}}}})j",

@@ -29,8 +29,7 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o) {
 
 std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy_options& o) {
   if (name == "vtensor") return std::make_unique<vtensor_policy>(vtensor_options(o));
-  throw std::invalid_argument(
-      fmt::format("unknown policy '{}' (known: {})", name, fmt::join(kv_policy_names(), ", ")));
+  throw std::invalid_argument(fmt::format("unknown policy '{}' (known: {})", name, fmt::join(kv_policy_names(), ", ")));
 }
 
 std::vector<std::string> kv_policy_names() { return {"vtensor"}; }

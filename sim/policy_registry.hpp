@@ -17,15 +17,15 @@ namespace vtensor::sim {
 
 /// Everything any policy may need.
 struct kv_policy_options {
-  model_spec kv;                          ///< KV shape on one GPU (kv heads divided by tp)
-  std::uint64_t memory_bytes = 0;         ///< KV memory budget; UINT64_MAX for unlimited
+  model_spec kv;                              ///< KV shape on one GPU (kv heads divided by tp)
+  std::uint64_t memory_bytes = 0;             ///< KV memory budget; UINT64_MAX for unlimited
   std::uint64_t max_context_tokens = 131072;  ///< longest request
-  std::string backend = "sim";            ///< VMM backend name (vtensor)
-  std::string calibration_file;           ///< sim backend latencies; empty: built-in H200
-  bool zero_latency = false;              ///< sim backend charges nothing
-  kv_layout layout = kv_layout::kv_fused;  ///< vtensor tensor layout
-  std::uint32_t lookahead_pages = 0;      ///< vtensor pages mapped ahead
-  std::uint32_t lookahead_batch = 1;      ///< vtensor lookahead pages mapped at a time
+  std::string backend = "sim";                ///< VMM backend name (vtensor)
+  std::string calibration_file;               ///< sim backend latencies; empty: built-in H200
+  bool zero_latency = false;                  ///< sim backend charges nothing
+  kv_layout layout = kv_layout::kv_fused;     ///< vtensor tensor layout
+  std::uint32_t lookahead_pages = 0;          ///< vtensor pages mapped ahead
+  std::uint32_t lookahead_batch = 1;          ///< vtensor lookahead pages mapped at a time
   bool async_lookahead = true;            ///< vtensor: lookahead mapped by the worker thread (when lookahead_pages > 0)
   std::uint32_t create_ahead_chunks = 0;  ///< vtensor: the worker keeps this many chunks created (0: off)
   int device_index = 0;                   ///< cuda backend: which GPU

@@ -5,8 +5,8 @@
 
 #include <array>
 
-#include "backends/units.hpp"
 #include <stdexcept>
+#include "backends/units.hpp"
 
 namespace vtensor::sim {
 namespace {
@@ -49,8 +49,8 @@ model_compute model_compute_preset(std::string_view name, std::uint32_t tp) {
   }
   const model_spec* kv = &row->kv;
   if (tp == 0 || kv->kv_heads % tp != 0) {
-    throw std::invalid_argument(fmt::format("model '{}': tensor-parallel degree {} must divide its {} KV heads",
-                                            name, tp, kv->kv_heads));
+    throw std::invalid_argument(
+        fmt::format("model '{}': tensor-parallel degree {} must divide its {} KV heads", name, tp, kv->kv_heads));
   }
   model_compute m;
   m.name = std::string(name);

@@ -37,9 +37,9 @@ namespace vtensor::sim {
 
 /// A GPU's ceilings and memory.
 struct gpu_preset {
-  std::string name;             ///< "h200", "a100-80gb"
-  double flop_rate = 0;         ///< dense bf16 FLOP/s the step cost uses (measured where stated)
-  double bandwidth = 0;         ///< HBM bytes/s the step cost uses (measured where stated)
+  std::string name;                ///< "h200", "a100-80gb"
+  double flop_rate = 0;            ///< dense bf16 FLOP/s the step cost uses (measured where stated)
+  double bandwidth = 0;            ///< HBM bytes/s the step cost uses (measured where stated)
   std::uint64_t memory_bytes = 0;  ///< device memory a process can allocate chunks from
 };
 
@@ -50,13 +50,13 @@ struct gpu_preset {
 
 /// What the step cost needs of a model, on one GPU of a tensor-parallel replica.
 struct model_compute {
-  std::string name;                 ///< preset name, from core's table (model_presets())
-  double params = 0;                ///< parameters of the whole model
-  std::uint32_t layers = 0;         ///< transformer layers
-  std::uint32_t hidden = 0;         ///< attention width: query heads x head dim
-  std::uint32_t dtype_bytes = 2;    ///< bytes per weight and per KV element (bf16)
-  std::uint32_t tp = 1;             ///< tensor-parallel degree: GPUs sharing weights and KV heads
-  model_spec kv;                    ///< KV shape on one GPU (kv heads already divided by tp)
+  std::string name;               ///< preset name, from core's table (model_presets())
+  double params = 0;              ///< parameters of the whole model
+  std::uint32_t layers = 0;       ///< transformer layers
+  std::uint32_t hidden = 0;       ///< attention width: query heads x head dim
+  std::uint32_t dtype_bytes = 2;  ///< bytes per weight and per KV element (bf16)
+  std::uint32_t tp = 1;           ///< tensor-parallel degree: GPUs sharing weights and KV heads
+  model_spec kv;                  ///< KV shape on one GPU (kv heads already divided by tp)
 
   /// Weight bytes held by one GPU.
   [[nodiscard]] std::uint64_t weight_bytes_per_gpu() const;

@@ -167,7 +167,9 @@ std::uint64_t parse_byte_size(std::string_view text) {
   std::size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || text[i] == '.' ||
                              text[i] == 'e' || text[i] == 'E' || text[i] == '+')) {
-    if ((text[i] == 'e' || text[i] == 'E') && i + 1 < text.size() && std::isalpha(static_cast<unsigned char>(text[i + 1])) != 0) break;
+    if ((text[i] == 'e' || text[i] == 'E') && i + 1 < text.size() &&
+        std::isalpha(static_cast<unsigned char>(text[i + 1])) != 0)
+      break;
     ++i;
   }
   if (i == 0) throw bad("no number");
@@ -185,8 +187,15 @@ std::uint64_t parse_byte_size(std::string_view text) {
     std::string_view name;
     double factor;
   };
-  constexpr std::array<suffix, 10> units{{{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-                                          {"KiB", double(k_kib)}, {"MiB", double(k_mib)}, {"GiB", double(k_gib)},
+  constexpr std::array<suffix, 10> units{{{"", 1},
+                                          {"B", 1},
+                                          {"KB", 1e3},
+                                          {"MB", 1e6},
+                                          {"GB", 1e9},
+                                          {"TB", 1e12},
+                                          {"KiB", double(k_kib)},
+                                          {"MiB", double(k_mib)},
+                                          {"GiB", double(k_gib)},
                                           {"TiB", double(k_gib * k_kib)}}};
   for (const auto& u : units) {
     if (u.name == unit) {

@@ -22,27 +22,27 @@ namespace vtensor::sim {
 
 /// Where a replay stands, for a progress line.
 struct replay_progress {
-  time_us now = 0;               ///< simulated time
-  std::uint64_t submitted = 0;   ///< requests arrived
-  std::uint64_t completed = 0;   ///< finished
-  double wall_seconds = 0;       ///< since the start
+  time_us now = 0;              ///< simulated time
+  std::uint64_t submitted = 0;  ///< requests arrived
+  std::uint64_t completed = 0;  ///< finished
+  double wall_seconds = 0;      ///< since the start
 };
 
 /// How to replay (the policy is built by the caller).
 struct replay_config {
-  double time_scale = 1.0;          ///< arrival_us * time_scale
-  std::uint64_t max_requests = 0;   ///< 0: the whole trace
-  model_compute model;              ///< model on one GPU of the replica
-  gpu_preset gpu;                   ///< the GPU
-  replica_config replica;           ///< batching and cost
+  double time_scale = 1.0;                               ///< arrival_us * time_scale
+  std::uint64_t max_requests = 0;                        ///< 0: the whole trace
+  model_compute model;                                   ///< model on one GPU of the replica
+  gpu_preset gpu;                                        ///< the GPU
+  replica_config replica;                                ///< batching and cost
   std::function<void(const replay_progress&)> progress;  ///< called about twice a second, if set
 };
 
 /// The summary of a replay (keys of summary_json()).
 struct replay_summary {
-  replica_counters counters;      ///< the replica's totals
-  kv_stats final_memory;          ///< the policy's state at the end
-  replica_peaks peak;             ///< peaks over the replay
+  replica_counters counters;               ///< the replica's totals
+  kv_stats final_memory;                   ///< the policy's state at the end
+  replica_peaks peak;                      ///< peaks over the replay
   double mean_internal_fragmentation = 0;  ///< over the time something was mapped
   double mean_sharing_saving = 0;          ///< over the time some request was live
   double mean_physical_bytes = 0;          ///< time-weighted

@@ -323,7 +323,8 @@ void replica::end_step() {
   batch_.clear();
   if (config_.check_every_step) policy_.check_invariants();
   counters_.step_wall_ns += static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - step_wall_start_).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - step_wall_start_)
+          .count());
   in_step_ = false;
   observe();
   kick();

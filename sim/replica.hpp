@@ -51,8 +51,8 @@
 /// counts it rejected and skips it; `truncate` keeps the prompt's first max_context - output
 /// tokens (and the block keys covering them), or rejects when the output alone does not fit.
 
-#include <chrono>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -80,48 +80,48 @@ inline constexpr enum_names<over_context_policy, 2> k_over_context_policy_names{
 
 /// Batching and cost settings of a replica.
 struct replica_config {
-  std::uint32_t token_budget = 8192;        ///< tokens computed per step at most (decode + prefill)
-  std::uint32_t max_running = 256;          ///< admitted requests at most
-  bool chunked_prefill = true;              ///< split prefills across steps
+  std::uint32_t token_budget = 8192;          ///< tokens computed per step at most (decode + prefill)
+  std::uint32_t max_running = 256;            ///< admitted requests at most
+  bool chunked_prefill = true;                ///< split prefills across steps
   std::uint64_t max_context_tokens = 131072;  ///< prompt + output at most
   over_context_policy over_context = over_context_policy::reject;  ///< longer requests
-  double step_overhead_s = k_default_step_overhead_s;  ///< fixed cost per step
-  time_us sample_interval_us = 1'000'000;   ///< state sample grid (0: none)
-  bool check_every_step = false;            ///< check_invariants() after each step (debug)
+  double step_overhead_s = k_default_step_overhead_s;              ///< fixed cost per step
+  time_us sample_interval_us = 1'000'000;                          ///< state sample grid (0: none)
+  bool check_every_step = false;                                   ///< check_invariants() after each step (debug)
 };
 
 /// One step, as the observers see it.
 struct step_record {
-  std::uint64_t index = 0;           ///< 0-based
-  time_us start = 0;                 ///< when it began
-  time_us duration_us = 0;           ///< roofline + overhead + critical VMM time
-  std::uint32_t decode_seqs = 0;     ///< sequences decoding one token
-  std::uint32_t prefill_seqs = 0;    ///< sequences taking prefill tokens
-  std::uint64_t prefill_tokens = 0;  ///< prefill tokens computed
-  std::uint32_t admitted = 0;        ///< requests admitted by this step
-  std::uint32_t preempted = 0;       ///< requests preempted while building it
-  double compute_us = 0;             ///< roofline compute side
-  double memory_us = 0;              ///< roofline memory side
-  sim_ns vmm_critical{};             ///< VMM time added to the step
-  sim_ns vmm_total{};                ///< VMM time charged while building it (critical or not)
+  std::uint64_t index = 0;                                  ///< 0-based
+  time_us start = 0;                                        ///< when it began
+  time_us duration_us = 0;                                  ///< roofline + overhead + critical VMM time
+  std::uint32_t decode_seqs = 0;                            ///< sequences decoding one token
+  std::uint32_t prefill_seqs = 0;                           ///< sequences taking prefill tokens
+  std::uint64_t prefill_tokens = 0;                         ///< prefill tokens computed
+  std::uint32_t admitted = 0;                               ///< requests admitted by this step
+  std::uint32_t preempted = 0;                              ///< requests preempted while building it
+  double compute_us = 0;                                    ///< roofline compute side
+  double memory_us = 0;                                     ///< roofline memory side
+  sim_ns vmm_critical{};                                    ///< VMM time added to the step
+  sim_ns vmm_total{};                                       ///< VMM time charged while building it (critical or not)
   std::array<std::uint64_t, k_vmm_call_kinds> vmm_calls{};  ///< VMM calls by kind since the previous step was built
-  std::uint32_t running = 0;         ///< running after admission
-  std::uint32_t waiting = 0;         ///< waiting after admission
+  std::uint32_t running = 0;                                ///< running after admission
+  std::uint32_t waiting = 0;                                ///< waiting after admission
 };
 
 /// One request leaving the replica (finished or rejected).
 struct request_record {
-  std::uint64_t id = 0;              ///< ordinal in the trace
-  std::uint64_t trace_line = 0;      ///< source line
-  time_us arrival = 0;               ///< arrival (scaled)
-  time_us first_token = 0;           ///< first output token (finished only)
-  time_us finish = 0;                ///< completion or rejection
-  std::uint32_t prompt_tokens = 0;   ///< after truncation
-  std::uint32_t output_tokens = 0;   ///< generated
-  std::uint64_t hit_tokens = 0;      ///< prefix-cache hit at first admission
-  std::uint32_t preemptions = 0;     ///< times preempted
-  bool truncated = false;            ///< prompt cut to fit the context
-  std::string_view rejected;         ///< empty, "context" or "memory"
+  std::uint64_t id = 0;             ///< ordinal in the trace
+  std::uint64_t trace_line = 0;     ///< source line
+  time_us arrival = 0;              ///< arrival (scaled)
+  time_us first_token = 0;          ///< first output token (finished only)
+  time_us finish = 0;               ///< completion or rejection
+  std::uint32_t prompt_tokens = 0;  ///< after truncation
+  std::uint32_t output_tokens = 0;  ///< generated
+  std::uint64_t hit_tokens = 0;     ///< prefix-cache hit at first admission
+  std::uint32_t preemptions = 0;    ///< times preempted
+  bool truncated = false;           ///< prompt cut to fit the context
+  std::string_view rejected;        ///< empty, "context" or "memory"
 };
 
 /// Receives what happens in a replica; all hooks default to nothing.
@@ -135,24 +135,24 @@ class replica_observer {
 
 /// Running totals.
 struct replica_counters {
-  std::uint64_t submitted = 0;        ///< requests that arrived
-  std::uint64_t completed = 0;        ///< finished
-  std::uint64_t rejected_context = 0;  ///< longer than the context
-  std::uint64_t rejected_memory = 0;   ///< not fitting an otherwise empty memory
-  std::uint64_t truncated = 0;        ///< prompts cut to fit the context
-  std::uint64_t preemptions = 0;      ///< preemptions by recompute
-  std::uint64_t prompt_tokens = 0;    ///< prompt tokens of every request, as in the trace
+  std::uint64_t submitted = 0;               ///< requests that arrived
+  std::uint64_t completed = 0;               ///< finished
+  std::uint64_t rejected_context = 0;        ///< longer than the context
+  std::uint64_t rejected_memory = 0;         ///< not fitting an otherwise empty memory
+  std::uint64_t truncated = 0;               ///< prompts cut to fit the context
+  std::uint64_t preemptions = 0;             ///< preemptions by recompute
+  std::uint64_t prompt_tokens = 0;           ///< prompt tokens of every request, as in the trace
   std::uint64_t admitted_prompt_tokens = 0;  ///< prompt tokens of admitted requests (after truncation)
-  std::uint64_t hit_tokens = 0;       ///< served from the prefix cache (first admissions only)
-  std::uint64_t prefill_tokens = 0;   ///< prefill tokens computed (recomputation included)
-  std::uint64_t recomputed_tokens = 0;  ///< of which by requests readmitted after a preemption
-  std::uint64_t output_tokens = 0;    ///< tokens generated
-  std::uint64_t cow_bytes = 0;        ///< bytes copied at admission
-  std::uint64_t steps = 0;            ///< steps run
-  std::uint64_t busy_us = 0;          ///< time spent in steps
-  sim_ns vmm_critical{};              ///< VMM time added to steps
-  double compute_bound_steps = 0;     ///< steps bound by compute
-  std::uint64_t step_wall_ns = 0;     ///< measured: wall time from building each step to its end (releases included)
+  std::uint64_t hit_tokens = 0;              ///< served from the prefix cache (first admissions only)
+  std::uint64_t prefill_tokens = 0;          ///< prefill tokens computed (recomputation included)
+  std::uint64_t recomputed_tokens = 0;       ///< of which by requests readmitted after a preemption
+  std::uint64_t output_tokens = 0;           ///< tokens generated
+  std::uint64_t cow_bytes = 0;               ///< bytes copied at admission
+  std::uint64_t steps = 0;                   ///< steps run
+  std::uint64_t busy_us = 0;                 ///< time spent in steps
+  sim_ns vmm_critical{};                     ///< VMM time added to steps
+  double compute_bound_steps = 0;            ///< steps bound by compute
+  std::uint64_t step_wall_ns = 0;  ///< measured: wall time from building each step to its end (releases included)
 };
 
 /// The replica. Submissions come from outside (the replay's arrival events); steps schedule

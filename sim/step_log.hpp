@@ -25,17 +25,17 @@ struct step_entry {
   std::uint32_t preempted = 0;       ///< preempted building it
   std::uint32_t running = 0;         ///< running after admission
   std::uint32_t waiting = 0;         ///< waiting after admission
-  memory_stats memory;                 ///< the policy's memory
-  std::uint64_t chunks_created = 0;    ///< chunks created so far (successful cuMemCreate; the worker's once adopted)
-  sim_ns vmm_critical{};               ///< modelled VMM time on the step
+  memory_stats memory;               ///< the policy's memory
+  std::uint64_t chunks_created = 0;  ///< chunks created so far (successful cuMemCreate; the worker's once adopted)
+  sim_ns vmm_critical{};             ///< modelled VMM time on the step
 };
 
 /// Chunk creation after warm-up: warm-up is the first `warmup_steps` steps.
 struct creation_after_warmup {
-  std::uint64_t warmup_steps = 0;    ///< steps counted as warm-up
-  std::uint64_t steps = 0;           ///< steps in all
-  std::uint64_t creates_total = 0;   ///< chunks created in all (at the last step's build)
-  std::uint64_t creates_after = 0;   ///< of which after warm-up
+  std::uint64_t warmup_steps = 0;      ///< steps counted as warm-up
+  std::uint64_t steps = 0;             ///< steps in all
+  std::uint64_t creates_total = 0;     ///< chunks created in all (at the last step's build)
+  std::uint64_t creates_after = 0;     ///< of which after warm-up
   std::uint64_t last_create_step = 0;  ///< index of the last step whose build saw a create (0: none)
 };
 

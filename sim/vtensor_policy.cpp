@@ -40,8 +40,8 @@ void vtensor_policy::wait_for(request_id id, std::uint64_t ticket, sim_ns from) 
   if (ticket == 0) return;
   const auto it = last_job_.find(id.value);
   if (it == last_job_.end() || it->second.ticket != ticket) {
-    throw std::logic_error(fmt::format("vtensor policy: request {} waited for job {}, not its last modelled job",
-                                       id.value, ticket));
+    throw std::logic_error(
+        fmt::format("vtensor policy: request {} waited for job {}, not its last modelled job", id.value, ticket));
   }
   const sim_ns done = it->second.done;
   if (done <= from) return;
@@ -132,8 +132,8 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
   const std::uint64_t capacity = options_.device.capacity_bytes;
   return {{"backend", options_.backend},
           {"memory_bytes", capacity == std::numeric_limits<std::uint64_t>::max() ? nlohmann::ordered_json("unlimited")
-                                                                                  : nlohmann::ordered_json(capacity)},
-          {"calibration", options_.device.zero_latency        ? "zero"
+                                                                                 : nlohmann::ordered_json(capacity)},
+          {"calibration", options_.device.zero_latency               ? "zero"
                           : options_.device.calibration_file.empty() ? "built-in h200"
                                                                      : options_.device.calibration_file},
           {"layout", std::string(to_string(m.geometry.layout()))},

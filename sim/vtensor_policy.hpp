@@ -47,22 +47,23 @@ namespace vtensor::sim {
 struct vtensor_policy_options {
   std::string backend = "sim";  ///< backend registry name
   backend_config device;        ///< capacity (the KV memory budget), calibration, latency
-  manager_config manager;       ///< geometry (model x layout), scheduler (context, lookahead, async, cow|recompute), eviction
+  manager_config
+      manager;  ///< geometry (model x layout), scheduler (context, lookahead, async, cow|recompute), eviction
 };
 
 /// Where the VMM time went: modelled (drives the clock) and charged (measured on `cuda`).
 struct vtensor_vmm_report {
-  vmm_side step;                     ///< calls of the step thread
-  vmm_side worker;                   ///< calls of the mapping worker
-  std::uint64_t critical_model_ns = 0;   ///< modelled step-thread time (calls + waits) on the clock
-  std::uint64_t jobs = 0;                ///< modelled worker jobs (lookahead mappings)
-  std::uint64_t job_model_ns = 0;        ///< their modelled price
-  std::uint64_t modelled_waits = 0;      ///< modelled waits of the step thread for the worker
-  std::uint64_t modelled_wait_ns = 0;    ///< their modelled length
-  std::uint64_t mapping_waits = 0;       ///< measured (core): extends that waited for the worker
-  std::uint64_t mapping_wait_ns = 0;     ///< measured (core): wall time of those waits
-  std::uint64_t async_vmm_ns = 0;        ///< charged by the worker (core's count)
-  std::uint64_t chunks_created = 0;      ///< chunks created in all (core's count, adopted ones)
+  vmm_side step;                           ///< calls of the step thread
+  vmm_side worker;                         ///< calls of the mapping worker
+  std::uint64_t critical_model_ns = 0;     ///< modelled step-thread time (calls + waits) on the clock
+  std::uint64_t jobs = 0;                  ///< modelled worker jobs (lookahead mappings)
+  std::uint64_t job_model_ns = 0;          ///< their modelled price
+  std::uint64_t modelled_waits = 0;        ///< modelled waits of the step thread for the worker
+  std::uint64_t modelled_wait_ns = 0;      ///< their modelled length
+  std::uint64_t mapping_waits = 0;         ///< measured (core): extends that waited for the worker
+  std::uint64_t mapping_wait_ns = 0;       ///< measured (core): wall time of those waits
+  std::uint64_t async_vmm_ns = 0;          ///< charged by the worker (core's count)
+  std::uint64_t chunks_created = 0;        ///< chunks created in all (core's count, adopted ones)
   std::uint64_t chunks_created_ahead = 0;  ///< of which by the worker
 };
 
@@ -101,22 +102,22 @@ class vtensor_policy final : public kv_policy {
 
   [[nodiscard]] sim_ns step_model_time() const;  // step thread's priced calls (creates excluded with create-ahead)
   [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
-  void book_step_calls();                        // adds the step thread's new calls to the clock
+  void book_step_calls();                                           // adds the step thread's new calls to the clock
   void wait_for(request_id id, std::uint64_t ticket, sim_ns from);  // a modelled wait, from `from`, for job `ticket`
   void submit(request_id id, const op_effects& fx);                 // the job a call handed to the worker
 
   vtensor_policy_options options_;
-  std::unique_ptr<vmm_backend> backend_owner_;     // outlives manager_ (declared first)
-  accounting_backend* backend_;                    // backend_owner_, as its type
+  std::unique_ptr<vmm_backend> backend_owner_;  // outlives manager_ (declared first)
+  accounting_backend* backend_;                 // backend_owner_, as its type
   std::unique_ptr<manager> manager_;
   std::unordered_map<std::uint64_t, worker_job> last_job_;  // request id -> its last job
-  sim_ns booked_{};              // step_model_time() already on the clock
-  sim_ns critical_{};            // step-thread calls + waits, modelled
-  sim_ns origin_{};              // simulated time of the last advance_to
-  sim_ns critical_at_origin_{};  // critical_ then
-  sim_ns worker_free_{};         // the worker clock
-  sim_ns job_time_{};            // modelled price of the jobs
-  sim_ns wait_time_{};           // modelled waits
+  sim_ns booked_{};                                         // step_model_time() already on the clock
+  sim_ns critical_{};                                       // step-thread calls + waits, modelled
+  sim_ns origin_{};                                         // simulated time of the last advance_to
+  sim_ns critical_at_origin_{};                             // critical_ then
+  sim_ns worker_free_{};                                    // the worker clock
+  sim_ns job_time_{};                                       // modelled price of the jobs
+  sim_ns wait_time_{};                                      // modelled waits
   std::uint64_t jobs_ = 0, waits_ = 0;
 };
 

@@ -15,10 +15,8 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr std::array subcommand_table{
-    subcommand{"inspect", "print statistics of a trace: lengths, arrival rate, prefix hit bound",
-               &cmd_inspect},
-    subcommand{"gen-trace", "write a seeded synthetic trace in vtensor's JSONL format",
-               &cmd_gen_trace},
+    subcommand{"inspect", "print statistics of a trace: lengths, arrival rate, prefix hit bound", &cmd_inspect},
+    subcommand{"gen-trace", "write a seeded synthetic trace in vtensor's JSONL format", &cmd_gen_trace},
     subcommand{"replay", "replay a trace through the serving simulator over a KV policy", &cmd_replay},
     subcommand{"validate-gpu", "check the manager on a GPU with CUDA kernels (cuda backend)", &cmd_validate_gpu},
     subcommand{"calibrate", "measure VMM call costs on a GPU and write the sim's calibration file", &cmd_calibrate},
@@ -34,7 +32,7 @@ void print_overview(std::ostream& out) {
   }
 }
 
-} // namespace
+}  // namespace
 
 std::span<const subcommand> subcommands() noexcept { return subcommand_table; }
 
@@ -93,11 +91,10 @@ int guarded_run(std::string_view name, const cli_streams& io, const std::functio
   }
 }
 
-std::optional<po::variables_map>
-parse_command_line(std::string_view name, std::string_view usage, std::string_view description,
-                   po::options_description options,
-                   const po::positional_options_description& positional,
-                   std::span<const std::string> args, const cli_streams& io) {
+std::optional<po::variables_map> parse_command_line(std::string_view name, std::string_view usage,
+                                                    std::string_view description, po::options_description options,
+                                                    const po::positional_options_description& positional,
+                                                    std::span<const std::string> args, const cli_streams& io) {
   options.add_options()("help,h", "print this help");
   po::variables_map values;
   const std::vector<std::string> words(args.begin(), args.end());
@@ -133,4 +130,4 @@ std::string bytes_text(std::uint64_t bytes) {
 
 std::string gib_text(double bytes) { return fmt::format("{:.2f} GiB", bytes / static_cast<double>(k_gib)); }
 
-} // namespace vtensor::tools
+}  // namespace vtensor::tools

@@ -20,14 +20,14 @@
 
 namespace vtensor::tools {
 
-inline constexpr int exit_success = 0; ///< done
-inline constexpr int exit_failure = 1; ///< anything else went wrong (I/O, internal error)
-inline constexpr int exit_usage = 2;   ///< bad usage or bad input: unknown option, bad trace
+inline constexpr int exit_success = 0;  ///< done
+inline constexpr int exit_failure = 1;  ///< anything else went wrong (I/O, internal error)
+inline constexpr int exit_usage = 2;    ///< bad usage or bad input: unknown option, bad trace
 
 /// Where a subcommand prints: stdout and stderr in the program, string streams in tests.
 struct cli_streams {
-  std::ostream& out; ///< results
-  std::ostream& err; ///< errors, progress
+  std::ostream& out;  ///< results
+  std::ostream& err;  ///< errors, progress
 };
 
 /// A subcommand's entry point; `args` are the words after its name. Returns the exit code.
@@ -35,14 +35,14 @@ using subcommand_fn = int (*)(std::span<const std::string> args, const cli_strea
 
 /// One row of the subcommand table.
 struct subcommand {
-  std::string_view name;    ///< as typed: "inspect"
-  std::string_view summary; ///< one line for `vtensor --help`
-  subcommand_fn run;        ///< entry point
+  std::string_view name;     ///< as typed: "inspect"
+  std::string_view summary;  ///< one line for `vtensor --help`
+  subcommand_fn run;         ///< entry point
 };
 
 /// Bad usage detected by a subcommand itself (conflicting options, bad value): exit code 2.
 class usage_error : public std::runtime_error {
-public:
+ public:
   using std::runtime_error::runtime_error;
 };
 
@@ -59,17 +59,16 @@ public:
 /// Runs `body` and returns its exit code; exceptions become a message "vtensor NAME: WHAT" on
 /// io.err and exit_usage (trace_error, usage_error, Boost.Program_options errors,
 /// std::invalid_argument) or exit_failure (any other std::exception).
-[[nodiscard]] int guarded_run(std::string_view name, const cli_streams& io,
-                              const std::function<int()>& body);
+[[nodiscard]] int guarded_run(std::string_view name, const cli_streams& io, const std::function<int()>& body);
 
 /// Parses `args` against `options` (plus a `--help` it adds) and `positional`. Returns nullopt
 /// when --help was asked for, after printing "usage: vtensor NAME USAGE", `description` and the
 /// options on io.out. Throws Boost.Program_options errors for bad usage (call inside guarded_run).
-[[nodiscard]] std::optional<boost::program_options::variables_map>
-parse_command_line(std::string_view name, std::string_view usage, std::string_view description,
-                   boost::program_options::options_description options,
-                   const boost::program_options::positional_options_description& positional,
-                   std::span<const std::string> args, const cli_streams& io);
+[[nodiscard]] std::optional<boost::program_options::variables_map> parse_command_line(
+    std::string_view name, std::string_view usage, std::string_view description,
+    boost::program_options::options_description options,
+    const boost::program_options::positional_options_description& positional, std::span<const std::string> args,
+    const cli_streams& io);
 
 /// What a size option accepts.
 enum class size_rule {
@@ -104,4 +103,4 @@ enum class size_rule {
 /// `vtensor calibrate`: measures VMM call costs on a GPU (tools/cmd_calibrate.cpp).
 [[nodiscard]] int cmd_calibrate(std::span<const std::string> args, const cli_streams& io);
 
-} // namespace vtensor::tools
+}  // namespace vtensor::tools

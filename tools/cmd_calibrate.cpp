@@ -2,8 +2,8 @@
 // calibration file the sim backend reads (Note [Calibration file format], latency_model.hpp).
 // Needs the cuda backend only (host code over the driver), no kernels.
 
-#include "tools/cli.hpp"
 #include "tools/calibration.hpp"
+#include "tools/cli.hpp"
 
 #include "backends/latency_model.hpp"
 #include "backends/units.hpp"
@@ -129,8 +129,8 @@ void measure_chunks(cuda_backend& b, std::uint64_t chunks, call_samples& s) {
 int calibrate(int device, std::uint64_t chunks, const std::string& out_file, const cli_streams& io) {
   cuda_backend b(device, chunks * k_chunk_bytes);
   if (b.capacity_chunks() < chunks) {
-    throw std::runtime_error(fmt::format("{} has room for {} chunks only ({} asked)", b.device_name(),
-                                         b.capacity_chunks(), chunks));
+    throw std::runtime_error(
+        fmt::format("{} has room for {} chunks only ({} asked)", b.device_name(), b.capacity_chunks(), chunks));
   }
   const int driver = b.driver_version();
   io.out << fmt::format("calibrate: {} (device {}, driver {}.{}), {} chunks of 2 MiB\n", b.device_name(), device,
@@ -140,10 +140,11 @@ int calibrate(int device, std::uint64_t chunks, const std::string& out_file, con
   measure_chunks(b, chunks, s);
   latency_model model = calibration_model(s, io.out);
   model.set_device(b.device_name());
-  model.set_source(fmt::format("vtensor calibrate, {}, driver {}.{}, device {}, {} chunks of 2 MiB (create, map, "
-                               "set_access, unmap, release: one call per chunk); reserve and free_range: {} calls "
-                               "each over 2 MiB, 1 GiB, 64 GiB, 1 TiB and 16 TiB",
-                               utc_date(), driver / 1000, driver % 1000 / 10, device, chunks, k_reps));
+  model.set_source(
+      fmt::format("vtensor calibrate, {}, driver {}.{}, device {}, {} chunks of 2 MiB (create, map, "
+                  "set_access, unmap, release: one call per chunk); reserve and free_range: {} calls "
+                  "each over 2 MiB, 1 GiB, 64 GiB, 1 TiB and 16 TiB",
+                  utc_date(), driver / 1000, driver % 1000 / 10, device, chunks, k_reps));
   io.out << "\nReserve and free by size:\n" << by_size;
   const vmm_live left = b.live();
   if (left.chunks != 0 || left.ranges != 0 || left.mappings != 0) {
@@ -161,18 +162,18 @@ int calibrate(int device, std::uint64_t chunks, const std::string& out_file, con
 int cmd_calibrate(std::span<const std::string> args, const cli_streams& io) {
   return guarded_run(name, io, [&] {
     po::options_description options("options");
-    options.add_options()
-        ("device", po::value<int>()->default_value(0), "CUDA device index")
-        ("chunks", po::value<std::uint64_t>()->default_value(4096), "chunks to create, map, unmap and release")
-        ("out", po::value<std::string>()->default_value("calibration.json"), "calibration file to write");
+    options.add_options()("device", po::value<int>()->default_value(0), "CUDA device index")(
+        "chunks", po::value<std::uint64_t>()->default_value(4096), "chunks to create, map, unmap and release")(
+        "out", po::value<std::string>()->default_value("calibration.json"), "calibration file to write");
     const po::positional_options_description positional;
-    const auto values = parse_command_line(
-        name, "[--device N] [--chunks N] [--out FILE]",
-        "Measures each VMM call on the GPU through the cuda backend (the driver call's wall time):\n"
-        "reserve and free of ranges from 2 MiB to 16 TiB, then create, map, set-access, unmap and\n"
-        "release of N chunks of 2 MiB, one call per chunk. Prints mean, p50 and p99 per call and\n"
-        "writes them as the calibration file that the sim backend loads, whole or not at all. Exit 1 without a GPU or in a build without the cuda backend.",
-        options, positional, args, io);
+    const auto values =
+        parse_command_line(name, "[--device N] [--chunks N] [--out FILE]",
+                           "Measures each VMM call on the GPU through the cuda backend (the driver call's wall time):\n"
+                           "reserve and free of ranges from 2 MiB to 16 TiB, then create, map, set-access, unmap and\n"
+                           "release of N chunks of 2 MiB, one call per chunk. Prints mean, p50 and p99 per call and\n"
+                           "writes them as the calibration file that the sim backend loads, whole or not at all. Exit "
+                           "1 without a GPU or in a build without the cuda backend.",
+                           options, positional, args, io);
     if (!values) return exit_success;
     const int device = (*values)["device"].as<int>();
     if (device < 0) throw usage_error("--device must be 0 or more");

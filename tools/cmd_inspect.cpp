@@ -22,8 +22,8 @@ std::optional<traces::trace_format> format_option(const std::string& text) {
 }
 
 nlohmann::ordered_json percentiles_json(const traces::length_percentiles& lengths) {
-  return {{"p50", lengths.p50}, {"p90", lengths.p90}, {"p99", lengths.p99},
-          {"max", lengths.max}, {"mean", lengths.mean}};
+  return {
+      {"p50", lengths.p50}, {"p90", lengths.p90}, {"p99", lengths.p99}, {"max", lengths.max}, {"mean", lengths.mean}};
 }
 
 std::string with_commas(std::uint64_t value) {
@@ -39,28 +39,24 @@ std::string with_commas(std::uint64_t value) {
 void print_summary(std::ostream& out, const std::string& path, const traces::trace_reader& reader,
                    const traces::trace_stats& stats) {
   const auto lengths = [](const traces::length_percentiles& p) {
-    return fmt::format("mean {:.1f}, p50 {}, p90 {}, p99 {}, max {}", p.mean, p.p50, p.p90, p.p99,
-                       p.max);
+    return fmt::format("mean {:.1f}, p50 {}, p90 {}, p99 {}, max {}", p.mean, p.p50, p.p90, p.p99, p.max);
   };
   out << fmt::format("trace: {} ({})\n", path, traces::to_string(reader.format()));
   out << fmt::format("requests: {}\n", with_commas(stats.requests));
   out << fmt::format("sessions: {} (max turns {})\n", with_commas(stats.sessions),
                      stats.requests > 0 ? stats.max_turn + 1 : 0);
-  out << fmt::format("prompt tokens: {} ({})\n", with_commas(stats.prompt_tokens),
-                     lengths(stats.input_lengths));
-  out << fmt::format("output tokens: {} ({})\n", with_commas(stats.output_tokens),
-                     lengths(stats.output_lengths));
+  out << fmt::format("prompt tokens: {} ({})\n", with_commas(stats.prompt_tokens), lengths(stats.input_lengths));
+  out << fmt::format("output tokens: {} ({})\n", with_commas(stats.output_tokens), lengths(stats.output_lengths));
   out << fmt::format("duration: {:.3f} s\n", stats.duration_s);
-  out << fmt::format("arrival rate: {:.3f} requests/s, {:.0f} prompt tokens/s\n",
-                     stats.requests_per_s, stats.prompt_tokens_per_s);
+  out << fmt::format("arrival rate: {:.3f} requests/s, {:.0f} prompt tokens/s\n", stats.requests_per_s,
+                     stats.prompt_tokens_per_s);
   if (stats.requests_with_keys > 0) {
     out << fmt::format("prefix blocks: {} tokens each, {} distinct\n", stats.block_tokens,
                        with_commas(stats.cached_blocks));
   } else {
     out << "prefix blocks: none (no prefix identity in this trace)\n";
   }
-  out << fmt::format("prefix hit rate (infinite cache, sequential): {:.4f}\n",
-                     stats.prefix_hit_rate);
+  out << fmt::format("prefix hit rate (infinite cache, sequential): {:.4f}\n", stats.prefix_hit_rate);
 }
 
 nlohmann::ordered_json stats_json(const std::string& path, const traces::trace_reader& reader,
@@ -86,28 +82,27 @@ nlohmann::ordered_json stats_json(const std::string& path, const traces::trace_r
           {"prefix_hit_rate", stats.prefix_hit_rate}};
 }
 
-} // namespace
+}  // namespace
 
 int cmd_inspect(std::span<const std::string> args, const cli_streams& io) {
   return guarded_run(name, io, [&] {
     po::options_description options("options");
-    options.add_options()
-        ("trace", po::value<std::string>(), "trace file to read (the first argument)")
-        ("format", po::value<std::string>()->default_value("auto"),
-         "trace format: auto (from the content), mooncake, azure, vtensor")
-        ("block-tokens", po::value<std::uint32_t>(),
-         "tokens per prefix block for formats that do not state it (Mooncake: 512)")
-        ("json", po::value<std::string>(), "also write the statistics as JSON to this file");
+    options.add_options()("trace", po::value<std::string>(), "trace file to read (the first argument)")(
+        "format", po::value<std::string>()->default_value("auto"),
+        "trace format: auto (from the content), mooncake, azure, vtensor")(
+        "block-tokens", po::value<std::uint32_t>(),
+        "tokens per prefix block for formats that do not state it (Mooncake: 512)")(
+        "json", po::value<std::string>(), "also write the statistics as JSON to this file");
     po::positional_options_description positional;
     positional.add("trace", 1);
-    const auto values = parse_command_line(
-        name, "TRACE [--format auto|mooncake|azure|vtensor] [--block-tokens N] [--json FILE]",
-        "Reads TRACE once, streaming, and prints request and token counts, length percentiles\n"
-        "(nearest rank), arrival rate, and the infinite-cache prefix hit rate under the\n"
-        "sequential model: requests in file order, each one's blocks cached once served, a hit\n"
-        "counts the matched leading blocks x block tokens, capped at input tokens - 1. No replay\n"
-        "can reuse more. Exit code 2 on bad input (message names file, line and field).",
-        options, positional, args, io);
+    const auto values =
+        parse_command_line(name, "TRACE [--format auto|mooncake|azure|vtensor] [--block-tokens N] [--json FILE]",
+                           "Reads TRACE once, streaming, and prints request and token counts, length percentiles\n"
+                           "(nearest rank), arrival rate, and the infinite-cache prefix hit rate under the\n"
+                           "sequential model: requests in file order, each one's blocks cached once served, a hit\n"
+                           "counts the matched leading blocks x block tokens, capped at input tokens - 1. No replay\n"
+                           "can reuse more. Exit code 2 on bad input (message names file, line and field).",
+                           options, positional, args, io);
     if (!values) return exit_success;
 
     if (values->count("trace") == 0) throw usage_error("missing TRACE, the trace file to read");
@@ -117,8 +112,7 @@ int cmd_inspect(std::span<const std::string> args, const cli_streams& io) {
       reader_options.block_tokens = (*values)["block-tokens"].as<std::uint32_t>();
       if (*reader_options.block_tokens == 0) throw usage_error("--block-tokens must be at least 1");
     }
-    const auto reader =
-        traces::open_trace(path, format_option((*values)["format"].as<std::string>()), reader_options);
+    const auto reader = traces::open_trace(path, format_option((*values)["format"].as<std::string>()), reader_options);
     const traces::trace_stats stats = traces::compute_trace_stats(*reader);
     print_summary(io.out, path, *reader, stats);
     if (values->count("json") != 0) {
@@ -130,4 +124,4 @@ int cmd_inspect(std::span<const std::string> args, const cli_streams& io) {
   });
 }
 
-} // namespace vtensor::tools
+}  // namespace vtensor::tools

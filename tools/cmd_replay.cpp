@@ -19,8 +19,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
@@ -82,63 +82,66 @@ struct replay_options {
 // The trace, its format and what to replay it with.
 po::options_description workload_options() {
   po::options_description o("trace and replica");
-  o.add_options()
-      ("trace", po::value<std::string>(), "trace file (default: the bundled Mooncake conversation excerpt)")
-      ("format", po::value<std::string>()->default_value("auto"), ("trace format: auto, " + traces::k_trace_format_names.list()).c_str())
-      ("policy", po::value<std::string>()->default_value("vtensor"), "KV policy")
-      ("model", po::value<std::string>()->default_value("llama-3-8b"), "model: llama-3-8b, yi-6b, yi-34b, llama-3-70b")
-      ("gpu", po::value<std::string>()->default_value("h200"), "GPU: h200, a100-80gb")
-      ("tp", po::value<std::uint32_t>()->default_value(1), "tensor-parallel degree (divides the KV heads)")
-      ("memory", po::value<std::string>(),
-       "KV memory per GPU: 80GiB, 500MiB, 1e9, or unlimited (default: GPU memory minus the weights)")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "seed (recorded; the replay itself is deterministic)")
-      ("time-scale", po::value<double>()->default_value(1.0), "stretch arrivals: arrival x SCALE")
-      ("max-requests", po::value<std::uint64_t>()->default_value(0), "replay at most N requests (0: all)")
-      ("token-budget", po::value<std::uint32_t>()->default_value(8192), "tokens computed per step at most")
-      ("max-running", po::value<std::uint32_t>()->default_value(256), "running requests at most")
-      ("chunked-prefill", po::value<bool>()->default_value(true), "split prefills across steps (true/false)")
-      ("max-context", po::value<std::uint64_t>()->default_value(131072), "prompt + output tokens at most")
-      ("over-context", po::value<std::string>()->default_value("reject"), ("longer requests: " + sim::k_over_context_policy_names.list(" or ")).c_str())
-      ("step-overhead-ms", po::value<double>()->default_value(sim::k_default_step_overhead_s * 1e3),
-       "fixed cost per step, ms")
-      ("sample-ms", po::value<double>()->default_value(1000.0), "time-series sample interval, simulated ms");
+  o.add_options()("trace", po::value<std::string>(), "trace file (default: the bundled Mooncake conversation excerpt)")(
+      "format", po::value<std::string>()->default_value("auto"),
+      ("trace format: auto, " + traces::k_trace_format_names.list()).c_str())(
+      "policy", po::value<std::string>()->default_value("vtensor"), "KV policy")(
+      "model", po::value<std::string>()->default_value("llama-3-8b"), "model: llama-3-8b, yi-6b, yi-34b, llama-3-70b")(
+      "gpu", po::value<std::string>()->default_value("h200"), "GPU: h200, a100-80gb")(
+      "tp", po::value<std::uint32_t>()->default_value(1), "tensor-parallel degree (divides the KV heads)")(
+      "memory", po::value<std::string>(),
+      "KV memory per GPU: 80GiB, 500MiB, 1e9, or unlimited (default: GPU memory minus the weights)")(
+      "seed", po::value<std::uint64_t>()->default_value(0), "seed (recorded; the replay itself is deterministic)")(
+      "time-scale", po::value<double>()->default_value(1.0), "stretch arrivals: arrival x SCALE")(
+      "max-requests", po::value<std::uint64_t>()->default_value(0), "replay at most N requests (0: all)")(
+      "token-budget", po::value<std::uint32_t>()->default_value(8192), "tokens computed per step at most")(
+      "max-running", po::value<std::uint32_t>()->default_value(256), "running requests at most")(
+      "chunked-prefill", po::value<bool>()->default_value(true), "split prefills across steps (true/false)")(
+      "max-context", po::value<std::uint64_t>()->default_value(131072), "prompt + output tokens at most")(
+      "over-context", po::value<std::string>()->default_value("reject"),
+      ("longer requests: " + sim::k_over_context_policy_names.list(" or ")).c_str())(
+      "step-overhead-ms", po::value<double>()->default_value(sim::k_default_step_overhead_s * 1e3),
+      "fixed cost per step, ms")("sample-ms", po::value<double>()->default_value(1000.0),
+                                 "time-series sample interval, simulated ms");
   return o;
 }
 
 // The vtensor policy and its VMM backend.
 po::options_description vtensor_options() {
   po::options_description o("vtensor policy and backend");
-  o.add_options()
-      ("backend", po::value<std::string>()->default_value("sim"), "VMM backend of the vtensor policy: sim, or cuda (a real GPU)")
-      ("device", po::value<int>()->default_value(0), "cuda backend: GPU index")
-      ("compare-backends", po::value<std::string>(),
-       "A,B (e.g. sim,cuda): replay twice, check that both runs agree step by step, compare VMM time")
-      ("layout", po::value<std::string>()->default_value("kv-fused"), ("vtensor layout: " + k_kv_layout_names.list()).c_str())
-      ("lookahead", po::value<std::uint32_t>()->default_value(0), "vtensor pages mapped ahead of need")
-      ("lookahead-batch", po::value<std::uint32_t>()->default_value(1),
-       "lookahead pages mapped at a time, 1 to --lookahead (runs per tensor: cheaper for the driver)")
-      ("async-lookahead", po::value<bool>()->default_value(true),
-       "map lookahead pages on the background worker (true/false; only with --lookahead > 0)")
-      ("create-ahead", po::value<std::uint32_t>()->default_value(0), "the worker keeps N chunks created in the free pool")
-      ("emulate-steps", po::value<bool>(),
-       "spend each step's modelled compute in wall time so the worker overlaps it (default: on for cuda)")
-      ("step-time-scale", po::value<double>()->default_value(1.0), "emulated step time = modelled compute x SCALE")
-      ("warmup-fraction", po::value<double>()->default_value(0.1),
-       "first fraction of steps counted as warm-up for chunk creation")
-      ("eviction", po::value<std::string>()->default_value("lru"), "prefix-cache eviction: lru, fifo, lfu")
-      ("partial", po::value<std::string>()->default_value("cow"), ("partial prefix page: " + k_partial_page_policy_names.list(" or ")).c_str())
-      ("calibration", po::value<std::string>(), "VMM latency calibration file for the sim backend")
-      ("zero-latency", po::bool_switch(), "the sim backend charges nothing for VMM calls");
+  o.add_options()("backend", po::value<std::string>()->default_value("sim"),
+                  "VMM backend of the vtensor policy: sim, or cuda (a real GPU)")(
+      "device", po::value<int>()->default_value(0), "cuda backend: GPU index")(
+      "compare-backends", po::value<std::string>(),
+      "A,B (e.g. sim,cuda): replay twice, check that both runs agree step by step, compare VMM time")(
+      "layout", po::value<std::string>()->default_value("kv-fused"),
+      ("vtensor layout: " + k_kv_layout_names.list()).c_str())(
+      "lookahead", po::value<std::uint32_t>()->default_value(0), "vtensor pages mapped ahead of need")(
+      "lookahead-batch", po::value<std::uint32_t>()->default_value(1),
+      "lookahead pages mapped at a time, 1 to --lookahead (runs per tensor: cheaper for the driver)")(
+      "async-lookahead", po::value<bool>()->default_value(true),
+      "map lookahead pages on the background worker (true/false; only with --lookahead > 0)")(
+      "create-ahead", po::value<std::uint32_t>()->default_value(0),
+      "the worker keeps N chunks created in the free pool")(
+      "emulate-steps", po::value<bool>(),
+      "spend each step's modelled compute in wall time so the worker overlaps it (default: on for cuda)")(
+      "step-time-scale", po::value<double>()->default_value(1.0), "emulated step time = modelled compute x SCALE")(
+      "warmup-fraction", po::value<double>()->default_value(0.1),
+      "first fraction of steps counted as warm-up for chunk creation")(
+      "eviction", po::value<std::string>()->default_value("lru"), "prefix-cache eviction: lru, fifo, lfu")(
+      "partial", po::value<std::string>()->default_value("cow"),
+      ("partial prefix page: " + k_partial_page_policy_names.list(" or ")).c_str())(
+      "calibration", po::value<std::string>(), "VMM latency calibration file for the sim backend")(
+      "zero-latency", po::bool_switch(), "the sim backend charges nothing for VMM calls");
   return o;
 }
 
 po::options_description output_options() {
   po::options_description o("outputs");
-  o.add_options()
-      ("json", po::value<std::string>(), "write the summary as JSON to FILE")
-      ("no-wall", po::bool_switch(), "leave wall_seconds out of the JSON (byte-comparable runs)")
-      ("timeseries", po::value<std::string>(), "write the sampled state as CSV to FILE")
-      ("chrome-trace", po::value<std::string>(), "write Chrome / Perfetto trace events to FILE");
+  o.add_options()("json", po::value<std::string>(), "write the summary as JSON to FILE")(
+      "no-wall", po::bool_switch(), "leave wall_seconds out of the JSON (byte-comparable runs)")(
+      "timeseries", po::value<std::string>(), "write the sampled state as CSV to FILE")(
+      "chrome-trace", po::value<std::string>(), "write Chrome / Perfetto trace events to FILE");
   return o;
 }
 
@@ -165,7 +168,8 @@ void parse_backends(const po::variables_map& v, replay_options& o) {
   const auto known = backend_names();
   for (const std::string& b : o.backends) {
     if (std::find(known.begin(), known.end(), b) != known.end()) continue;
-    if (b == "cuda") throw std::runtime_error("the cuda backend is not in this build (no CUDA toolkit at configure time)");
+    if (b == "cuda")
+      throw std::runtime_error("the cuda backend is not in this build (no CUDA toolkit at configure time)");
     throw usage_error(fmt::format("unknown backend '{}' (this build has: {})", b, fmt::join(known, ", ")));
   }
 }
@@ -177,10 +181,11 @@ void parse_memory(const po::variables_map& v, replay_options& o) {
   } else {
     const std::uint64_t weights = o.model.weight_bytes_per_gpu();
     if (weights >= o.gpu.memory_bytes) {
-      throw usage_error(fmt::format("model {} (tp {}) needs {} of weights per GPU, more than the {} of a {}: raise --tp "
-                                    "or give --memory",
-                                    o.model.name, o.model.tp, gib_text(static_cast<double>(weights)),
-                                    gib_text(static_cast<double>(o.gpu.memory_bytes)), o.gpu.name));
+      throw usage_error(
+          fmt::format("model {} (tp {}) needs {} of weights per GPU, more than the {} of a {}: raise --tp "
+                      "or give --memory",
+                      o.model.name, o.model.tp, gib_text(static_cast<double>(weights)),
+                      gib_text(static_cast<double>(o.gpu.memory_bytes)), o.gpu.name));
     }
     o.policy.memory_bytes = o.gpu.memory_bytes - weights;
   }
@@ -197,7 +202,8 @@ void parse_policy(const po::variables_map& v, replay_options& o) {
   if (p.max_context_tokens == 0) throw usage_error("--max-context must be at least 1");
   const std::string layout_text = get<std::string>(v, "layout");
   const auto layout = kv_layout_from_string(layout_text);
-  if (!layout) throw usage_error(fmt::format("--layout: unknown layout '{}' ({})", layout_text, k_kv_layout_names.list()));
+  if (!layout)
+    throw usage_error(fmt::format("--layout: unknown layout '{}' ({})", layout_text, k_kv_layout_names.list()));
   p.layout = *layout;
   p.lookahead_pages = get<std::uint32_t>(v, "lookahead");
   p.lookahead_batch = get<std::uint32_t>(v, "lookahead-batch");
@@ -210,7 +216,8 @@ void parse_policy(const po::variables_map& v, replay_options& o) {
   if (p.device_index < 0) throw usage_error("--device must be 0 or more");
   p.eviction = get<std::string>(v, "eviction");
   const auto partial = partial_page_policy_from_string(get<std::string>(v, "partial"));
-  if (!partial) throw usage_error(fmt::format("--partial: '{}' is neither cow nor recompute", get<std::string>(v, "partial")));
+  if (!partial)
+    throw usage_error(fmt::format("--partial: '{}' is neither cow nor recompute", get<std::string>(v, "partial")));
   p.partial = *partial;
   if (v.count("calibration") != 0) p.calibration_file = get<std::string>(v, "calibration");
   p.zero_latency = v["zero-latency"].as<bool>();
@@ -222,7 +229,8 @@ void parse_emulation(const po::variables_map& v, replay_options& o) {
   o.step_scale = get<double>(v, "step-time-scale");
   if (!(o.step_scale > 0) || !std::isfinite(o.step_scale)) throw usage_error("--step-time-scale must be positive");
   o.warmup_fraction = get<double>(v, "warmup-fraction");
-  if (!(o.warmup_fraction >= 0 && o.warmup_fraction <= 1)) throw usage_error("--warmup-fraction must be between 0 and 1");
+  if (!(o.warmup_fraction >= 0 && o.warmup_fraction <= 1))
+    throw usage_error("--warmup-fraction must be between 0 and 1");
 }
 
 // The replica: batching, context limit and step cost.
@@ -240,7 +248,9 @@ void parse_replica(const po::variables_map& v, replay_options& o) {
   c.replica.chunked_prefill = v["chunked-prefill"].as<bool>();
   c.replica.max_context_tokens = o.policy.max_context_tokens;
   const auto over = sim::over_context_policy_from_string(get<std::string>(v, "over-context"));
-  if (!over) throw usage_error(fmt::format("--over-context: '{}' is neither reject nor truncate", get<std::string>(v, "over-context")));
+  if (!over)
+    throw usage_error(
+        fmt::format("--over-context: '{}' is neither reject nor truncate", get<std::string>(v, "over-context")));
   c.replica.over_context = *over;
   o.overhead_ms = get<double>(v, "step-overhead-ms");
   if (!(o.overhead_ms >= 0)) throw usage_error("--step-overhead-ms must not be negative");
@@ -259,7 +269,9 @@ void parse_workload(const po::variables_map& v, replay_options& o) {
   const std::string format_text = get<std::string>(v, "format");
   if (format_text != "auto") {
     o.format = traces::parse_trace_format(format_text);
-    if (!o.format) throw usage_error(fmt::format("--format: unknown format '{}' (auto, {})", format_text, traces::k_trace_format_names.list()));
+    if (!o.format)
+      throw usage_error(
+          fmt::format("--format: unknown format '{}' (auto, {})", format_text, traces::k_trace_format_names.list()));
   }
   const auto gpu = sim::gpu_by_name(get<std::string>(v, "gpu"));
   if (!gpu) {
@@ -303,49 +315,51 @@ void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
     return fmt::format("p50 {:.1f}, p90 {:.1f}, p99 {:.1f} ms", l["p50"].get<double>(), l["p90"].get<double>(),
                        l["p99"].get<double>());
   };
-  out << fmt::format("trace: {} ({}), time scale {}\n", c["trace"].get<std::string>(),
-                     c["format"].get<std::string>(), c["time_scale"].get<double>());
+  out << fmt::format("trace: {} ({}), time scale {}\n", c["trace"].get<std::string>(), c["format"].get<std::string>(),
+                     c["time_scale"].get<double>());
   out << fmt::format("replica: {} on {} x{} ({}), policy {} over backend {}, {} layout, memory {}\n",
                      c["model"].get<std::string>(), c["gpu"].get<std::string>(), c["tp"].get<std::uint32_t>(),
                      c["chunked_prefill"].get<bool>() ? "chunked prefill" : "whole prefills",
                      c["policy"].get<std::string>(), c["policy_options"]["backend"].get<std::string>(),
                      c["policy_options"]["layout"].get<std::string>(),
-                     c["memory"].is_string() ? c["memory"].get<std::string>()
-                                             : gib_text(c["memory"].get<double>()));
-  out << fmt::format("requests: {} ({} completed, {} rejected: {} over context, {} over memory; {} truncated), "
-                     "{} preemptions\n",
-                     j["requests"].get<std::uint64_t>(), j["completed"].get<std::uint64_t>(),
-                     j["rejected"].get<std::uint64_t>(), j["rejected_context"].get<std::uint64_t>(),
-                     j["rejected_memory"].get<std::uint64_t>(), j["truncated"].get<std::uint64_t>(),
-                     j["preemptions"].get<std::uint64_t>());
+                     c["memory"].is_string() ? c["memory"].get<std::string>() : gib_text(c["memory"].get<double>()));
+  out << fmt::format(
+      "requests: {} ({} completed, {} rejected: {} over context, {} over memory; {} truncated), "
+      "{} preemptions\n",
+      j["requests"].get<std::uint64_t>(), j["completed"].get<std::uint64_t>(), j["rejected"].get<std::uint64_t>(),
+      j["rejected_context"].get<std::uint64_t>(), j["rejected_memory"].get<std::uint64_t>(),
+      j["truncated"].get<std::uint64_t>(), j["preemptions"].get<std::uint64_t>());
   out << fmt::format("tokens: {} prompt, {} output, {} prefilled ({} recomputed)\n",
                      j["prompt_tokens"].get<std::uint64_t>(), j["output_tokens"].get<std::uint64_t>(),
                      j["prefill_tokens"].get<std::uint64_t>(), j["recomputed_tokens"].get<std::uint64_t>());
   out << fmt::format("prefix hit rate: {:.4f}\n", j["prefix_hit_rate"].get<double>());
-  out << fmt::format("memory: peak physical {}, peak mapped {}, peak used {}, peak cached {}; mean physical {}, "
-                     "mean mapped {}\n",
-                     gib_text(j["peak_physical_bytes"].get<double>()), gib_text(j["peak_mapped_bytes"].get<double>()),
-                     gib_text(j["peak_used_bytes"].get<double>()), gib_text(j["peak_cached_bytes"].get<double>()),
-                     gib_text(j["mean_physical_bytes"].get<double>()), gib_text(j["mean_mapped_bytes"].get<double>()));
-  out << fmt::format("internal fragmentation: mean {:.4f}, peak {:.4f}; sharing saving: mean {:.4f}; "
-                     "copy-on-write {}; evictions {}\n",
-                     j["mean_internal_fragmentation"].get<double>(), j["peak_internal_fragmentation"].get<double>(),
-                     j["mean_sharing_saving"].get<double>(), gib_text(j["cow_bytes"].get<double>()),
-                     j["evictions"].get<std::uint64_t>());
+  out << fmt::format(
+      "memory: peak physical {}, peak mapped {}, peak used {}, peak cached {}; mean physical {}, "
+      "mean mapped {}\n",
+      gib_text(j["peak_physical_bytes"].get<double>()), gib_text(j["peak_mapped_bytes"].get<double>()),
+      gib_text(j["peak_used_bytes"].get<double>()), gib_text(j["peak_cached_bytes"].get<double>()),
+      gib_text(j["mean_physical_bytes"].get<double>()), gib_text(j["mean_mapped_bytes"].get<double>()));
+  out << fmt::format(
+      "internal fragmentation: mean {:.4f}, peak {:.4f}; sharing saving: mean {:.4f}; "
+      "copy-on-write {}; evictions {}\n",
+      j["mean_internal_fragmentation"].get<double>(), j["peak_internal_fragmentation"].get<double>(),
+      j["mean_sharing_saving"].get<double>(), gib_text(j["cow_bytes"].get<double>()),
+      j["evictions"].get<std::uint64_t>());
   std::string calls;
-  for (const auto& [kind, n] : j["vmm_calls"].items()) calls += fmt::format("{}{} {}", calls.empty() ? "" : ", ", kind, n.get<std::uint64_t>());
+  for (const auto& [kind, n] : j["vmm_calls"].items())
+    calls += fmt::format("{}{} {}", calls.empty() ? "" : ", ", kind, n.get<std::uint64_t>());
   out << fmt::format("vmm: {:.1f} ms charged, {:.1f} ms on the critical path; calls: {}\n",
                      j["vmm_time_us"].get<double>() / 1000.0, j["vmm_critical_time_us"].get<double>() / 1000.0, calls);
   out << fmt::format("ttft: {}\ntpot: {}\ne2e:  {}\n", lat(j["ttft_ms"]), lat(j["tpot_ms"]), lat(j["e2e_ms"]));
-  out << fmt::format("throughput: {:.0f} output tokens/s, {:.0f} prefill tokens/s; {} steps, busy {:.1f}%, "
-                     "mean running {:.1f}, mean waiting {:.1f}\n",
-                     j["throughput_tokens_per_s"].get<double>(), j["prefill_tokens_per_s"].get<double>(),
-                     j["steps"].get<std::uint64_t>(), 100 * j["busy_fraction"].get<double>(),
-                     j["mean_running"].get<double>(), j["mean_waiting"].get<double>());
+  out << fmt::format(
+      "throughput: {:.0f} output tokens/s, {:.0f} prefill tokens/s; {} steps, busy {:.1f}%, "
+      "mean running {:.1f}, mean waiting {:.1f}\n",
+      j["throughput_tokens_per_s"].get<double>(), j["prefill_tokens_per_s"].get<double>(),
+      j["steps"].get<std::uint64_t>(), 100 * j["busy_fraction"].get<double>(), j["mean_running"].get<double>(),
+      j["mean_waiting"].get<double>());
   out << fmt::format("simulated {:.1f} s in {:.2f} s wall\n", j["simulated_seconds"].get<double>(),
                      j.contains("wall_seconds") ? j["wall_seconds"].get<double>() : 0.0);
 }
-
 
 double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 double us(std::uint64_t ns) { return static_cast<double>(ns) / 1e3; }
@@ -387,8 +401,9 @@ void add_vmm_split(nlohmann::ordered_json& j, const sim::vtensor_vmm_report& r, 
   m["emulated_compute_ms"] = ms(emulated_ns);
   m["mapping_waits"] = r.mapping_waits;
   m["mapping_wait_ms"] = ms(r.mapping_wait_ns);
-  m["wait_share_of_step_time"] =
-      s.counters.step_wall_ns == 0 ? 0.0 : static_cast<double>(r.mapping_wait_ns) / static_cast<double>(s.counters.step_wall_ns);
+  m["wait_share_of_step_time"] = s.counters.step_wall_ns == 0 ? 0.0
+                                                              : static_cast<double>(r.mapping_wait_ns) /
+                                                                    static_cast<double>(s.counters.step_wall_ns);
   m["step_thread_vmm_ms"] = ms(r.step.total_charged_ns());
   m["worker_vmm_ms"] = ms(r.worker.total_charged_ns());
   m["step_thread_calls"] = by_kind(r.step.calls, 1.0);
@@ -404,31 +419,32 @@ void add_vmm_split(nlohmann::ordered_json& j, const sim::vtensor_vmm_report& r, 
 void print_vmm_split(std::ostream& out, const nlohmann::ordered_json& j) {
   if (!j.contains("vmm_model")) return;
   const auto& m = j["vmm_model"];
-  out << fmt::format("vmm model: {:.1f} ms on the steps ({:.1f} ms of step-thread calls, {} waits for the worker "
-                     "= {:.2f} ms, {:.3f}% of step time); worker: {} jobs, {:.1f} ms off the steps\n",
-                     m["critical_us"].get<double>() / 1e3, m["step_thread_calls_us"].get<double>() / 1e3,
-                     m["waits"].get<std::uint64_t>(), m["wait_us"].get<double>() / 1e3,
-                     100 * m["wait_share_of_step_time"].get<double>(), m["worker_jobs"].get<std::uint64_t>(),
-                     m["worker_time_us"].get<double>() / 1e3);
+  out << fmt::format(
+      "vmm model: {:.1f} ms on the steps ({:.1f} ms of step-thread calls, {} waits for the worker "
+      "= {:.2f} ms, {:.3f}% of step time); worker: {} jobs, {:.1f} ms off the steps\n",
+      m["critical_us"].get<double>() / 1e3, m["step_thread_calls_us"].get<double>() / 1e3,
+      m["waits"].get<std::uint64_t>(), m["wait_us"].get<double>() / 1e3,
+      100 * m["wait_share_of_step_time"].get<double>(), m["worker_jobs"].get<std::uint64_t>(),
+      m["worker_time_us"].get<double>() / 1e3);
   const auto& c = j["chunk_creation"];
-  out << fmt::format("chunk creation: {} chunks created, {} after warm-up (first {} of {} steps), last at step {}; "
-                     "{} cuMemCreate calls by the step thread (failed ones at the memory cap included)\n",
-                     c["creates_total"].get<std::uint64_t>(), c["creates_after_warmup"].get<std::uint64_t>(),
-                     c["warmup_steps"].get<std::uint64_t>(), c["steps"].get<std::uint64_t>(),
-                     c["last_create_step"].get<std::uint64_t>(), c["create_calls_by_step_thread"].get<std::uint64_t>());
+  out << fmt::format(
+      "chunk creation: {} chunks created, {} after warm-up (first {} of {} steps), last at step {}; "
+      "{} cuMemCreate calls by the step thread (failed ones at the memory cap included)\n",
+      c["creates_total"].get<std::uint64_t>(), c["creates_after_warmup"].get<std::uint64_t>(),
+      c["warmup_steps"].get<std::uint64_t>(), c["steps"].get<std::uint64_t>(),
+      c["last_create_step"].get<std::uint64_t>(), c["create_calls_by_step_thread"].get<std::uint64_t>());
   if (!j.contains("measured")) return;
   const auto& w = j["measured"];
-  out << fmt::format("measured: steps took {:.1f} ms wall ({:.1f} ms emulated compute); {} mapping waits = {:.3f} ms, "
-                     "{:.4f}% of step time; VMM charged (wall on cuda) {:.1f} ms on the step thread, {:.1f} ms on the worker; {} chunks "
-                     "created ({} ahead by the worker)\n",
-                     w["step_wall_ms"].get<double>(), w["emulated_compute_ms"].get<double>(),
-                     w["mapping_waits"].get<std::uint64_t>(), w["mapping_wait_ms"].get<double>(),
-                     100 * w["wait_share_of_step_time"].get<double>(), w["step_thread_vmm_ms"].get<double>(),
-                     w["worker_vmm_ms"].get<double>(), w["chunks_created"].get<std::uint64_t>(),
-                     w["chunks_created_ahead"].get<std::uint64_t>());
+  out << fmt::format(
+      "measured: steps took {:.1f} ms wall ({:.1f} ms emulated compute); {} mapping waits = {:.3f} ms, "
+      "{:.4f}% of step time; VMM charged (wall on cuda) {:.1f} ms on the step thread, {:.1f} ms on the worker; {} "
+      "chunks "
+      "created ({} ahead by the worker)\n",
+      w["step_wall_ms"].get<double>(), w["emulated_compute_ms"].get<double>(), w["mapping_waits"].get<std::uint64_t>(),
+      w["mapping_wait_ms"].get<double>(), 100 * w["wait_share_of_step_time"].get<double>(),
+      w["step_thread_vmm_ms"].get<double>(), w["worker_vmm_ms"].get<double>(), w["chunks_created"].get<std::uint64_t>(),
+      w["chunks_created_ahead"].get<std::uint64_t>());
 }
-
-
 
 // ---- one run ---------------------------------------------------------------------------------
 
@@ -532,7 +548,9 @@ replay_run run_one(const replay_options& o, const std::string& backend, bool las
 
 // ---- backend comparison (--compare-backends) -------------------------------------------------
 
-double ratio(std::uint64_t a, std::uint64_t b) { return a == 0 ? 0.0 : static_cast<double>(b) / static_cast<double>(a); }
+double ratio(std::uint64_t a, std::uint64_t b) {
+  return a == 0 ? 0.0 : static_cast<double>(b) / static_cast<double>(a);
+}
 
 // Per call kind: what each run charged (modelled on sim, measured on cuda) for the same calls.
 void compare_vmm_time(const replay_options& o, const sim::vtensor_vmm_report& a, const sim::vtensor_vmm_report& c,
@@ -615,7 +633,7 @@ int run_replays(const replay_options& o, const cli_streams& io) {
   return mismatch ? exit_failure : exit_success;
 }
 
-} // namespace
+}  // namespace
 
 int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
   return guarded_run(name, io, [&] {
@@ -636,4 +654,4 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
   });
 }
 
-} // namespace vtensor::tools
+}  // namespace vtensor::tools

@@ -38,9 +38,9 @@ struct validate_options {
   std::optional<std::uint64_t> memory;  ///< cap on chunk memory; nullopt: free memory minus a margin
   kv_layout layout = kv_layout::kv_fused;
   std::uint64_t seed = 1;
-  std::string json;                     ///< summary file, "" for none
-  std::uint64_t context_tokens = 8192;  ///< max context of every vTensor
-  std::uint64_t requests = 24;          ///< requests of the contiguity check
+  std::string json;                           ///< summary file, "" for none
+  std::uint64_t context_tokens = 8192;        ///< max context of every vTensor
+  std::uint64_t requests = 24;                ///< requests of the contiguity check
   std::uint64_t overhead_bytes = 64 * k_mib;  ///< bound of check 4
 };
 
@@ -59,8 +59,8 @@ struct check_outcome {
 
 /// A live request as the validator sees it: what its memory must hold.
 struct tracked_request {
-  std::uint32_t shared_pages = 0;     ///< leading pages shared (immutable)
-  std::vector<gpu_segment> expect;    ///< segments and the pattern each must hold
+  std::uint32_t shared_pages = 0;   ///< leading pages shared (immutable)
+  std::vector<gpu_segment> expect;  ///< segments and the pattern each must hold
 };
 
 /// A copy the manager asked for (copy-on-write).
@@ -107,7 +107,8 @@ class validator {
     const std::uint64_t margin = 2 * k_gib;
     d.cap = o_.memory.value_or(d.start.free_bytes > margin ? d.start.free_bytes - margin : 0);
     d.cap = std::min(d.cap, d.start.free_bytes) / k_chunk_bytes * k_chunk_bytes;
-    if (d.cap < 64 * k_chunk_bytes) throw std::runtime_error(fmt::format("--memory: {} is too little to validate", bytes_text(d.cap)));
+    if (d.cap < 64 * k_chunk_bytes)
+      throw std::runtime_error(fmt::format("--memory: {} is too little to validate", bytes_text(d.cap)));
     probe.reset();
     backend_ = std::make_unique<cuda_backend>(o_.device, d.cap);
     baseline_used_ = used_now();
@@ -122,10 +123,11 @@ class validator {
     tensors_ = g.tensors();
     tokens_per_chunk_ = g.tokens_per_chunk();
 
-    io_.out << fmt::format("validate-gpu: {} (device {}, driver {}.{}), llama-3-8b {}: {} tensors, {} tokens a chunk, "
-                           "context {} tokens, seed {}\n",
-                           d.name, o_.device, d.driver / 1000, d.driver % 1000 / 10, to_string(o_.layout), tensors_,
-                           tokens_per_chunk_, o_.context_tokens, o_.seed);
+    io_.out << fmt::format(
+        "validate-gpu: {} (device {}, driver {}.{}), llama-3-8b {}: {} tensors, {} tokens a chunk, "
+        "context {} tokens, seed {}\n",
+        d.name, o_.device, d.driver / 1000, d.driver % 1000 / 10, to_string(o_.layout), tensors_, tokens_per_chunk_,
+        o_.context_tokens, o_.seed);
     io_.out << fmt::format("memory: {} total, {} free at start; chunk cap {} ({} chunks){}\n",
                            bytes_text(d.start.total_bytes), bytes_text(d.start.free_bytes), bytes_text(d.cap),
                            d.cap / k_chunk_bytes, o_.memory ? " (--memory)" : " (free minus 2 GiB)");
@@ -183,8 +185,8 @@ class validator {
     j["overhead_bound_bytes"] = o_.overhead_bytes;
     j["checks"] = nlohmann::ordered_json::array();
     for (const check_outcome& c : outcomes_) {
-      j["checks"].push_back({{"number", c.number}, {"name", c.title}, {"pass", c.pass}, {"detail", c.detail},
-                             {"figures", c.figures}});
+      j["checks"].push_back(
+          {{"number", c.number}, {"name", c.title}, {"pass", c.pass}, {"detail", c.detail}, {"figures", c.figures}});
     }
     j["vmm"] = vmm_json;
     j["seconds"] = seconds;
@@ -210,9 +212,7 @@ class validator {
     if (!v) throw std::logic_error(fmt::format("request {} should be live", id));
     return *v;
   }
-  std::uint64_t mapped_bytes(const vtensor_view& v) const {
-    return round_up(v.mapped_tokens * bpt_, k_chunk_bytes);
-  }
+  std::uint64_t mapped_bytes(const vtensor_view& v) const { return round_up(v.mapped_tokens * bpt_, k_chunk_bytes); }
   /// Writes a fresh pattern over each tensor's [from, mapped) and records it as expected content.
   void write_own(std::uint64_t id, std::uint64_t from_bytes, std::vector<gpu_segment>& batch) {
     const vtensor_view v = view_of(id);
@@ -263,9 +263,13 @@ class validator {
     const std::uint64_t now = used_now();
     const std::uint64_t used = now - std::min(now, baseline_used_);
     const std::uint64_t live_bytes = backend_->live().chunks * k_chunk_bytes;
-    const std::uint64_t diff = used > s.memory.physical_bytes ? used - s.memory.physical_bytes : s.memory.physical_bytes - used;
-    mem_samples_.push_back({{"at", where}, {"physical_bytes", s.memory.physical_bytes}, {"driver_used_delta_bytes", used},
-                            {"difference_bytes", diff}, {"backend_live_chunk_bytes", live_bytes}});
+    const std::uint64_t diff =
+        used > s.memory.physical_bytes ? used - s.memory.physical_bytes : s.memory.physical_bytes - used;
+    mem_samples_.push_back({{"at", where},
+                            {"physical_bytes", s.memory.physical_bytes},
+                            {"driver_used_delta_bytes", used},
+                            {"difference_bytes", diff},
+                            {"backend_live_chunk_bytes", live_bytes}});
     max_diff_ = std::max(max_diff_, diff);
     if (diff > o_.overhead_bytes || live_bytes != s.memory.physical_bytes) {
       mem_ok_ = false;
@@ -278,9 +282,9 @@ class validator {
   void finish_memory_check() {
     check_outcome c{4, "driver memory = manager physical bytes"};
     c.pass = mem_ok_;
-    c.detail = fmt::format("{} samples, max |cuMemGetInfo used delta - physical| = {} (bound {}){}",
-                           mem_samples_.size(), bytes_text(max_diff_), bytes_text(o_.overhead_bytes),
-                           mem_ok_ ? "" : "; " + mem_fail_);
+    c.detail =
+        fmt::format("{} samples, max |cuMemGetInfo used delta - physical| = {} (bound {}){}", mem_samples_.size(),
+                    bytes_text(max_diff_), bytes_text(o_.overhead_bytes), mem_ok_ ? "" : "; " + mem_fail_);
     c.figures = {{"samples", mem_samples_}, {"max_difference_bytes", max_diff_}, {"bound_bytes", o_.overhead_bytes}};
     outcomes_.push_back(std::move(c));
   }
@@ -294,7 +298,8 @@ class validator {
     for (std::uint64_t i = 0; i < o_.requests; ++i) {
       const std::uint64_t id = next_id_++;
       const std::uint64_t tokens = std::min(prompt(rng_), o_.context_tokens / 2);
-      if (!m_->create(request_id{id}, fresh_blocks(tokens), tokens).ok()) throw std::runtime_error("check 1: create ran out of memory");
+      if (!m_->create(request_id{id}, fresh_blocks(tokens), tokens).ok())
+        throw std::runtime_error("check 1: create ran out of memory");
       if (m_->extend(request_id{id}, std::min(grow(rng_), o_.context_tokens / 2)).status != alloc_status::ok) {
         throw std::runtime_error("check 1: extend ran out of memory");
       }
@@ -307,11 +312,14 @@ class validator {
     const gpu_check_result r = ws_->check(batch);
     check_outcome c{1, "contiguous writable vTensors"};
     c.pass = r.ok();
-    c.detail = fmt::format("{} requests, {} tensor ranges ({} chunk pieces), {} written in one pattern per range and "
-                           "read back{}",
-                           o_.requests, ranges, batch.size(), bytes_text(segment_bytes(batch)),
-                           r.ok() ? ", 0 mismatches" : ": " + mismatch_text(r));
-    c.figures = {{"requests", o_.requests}, {"tensor_ranges", ranges}, {"bytes", segment_bytes(batch)},
+    c.detail = fmt::format(
+        "{} requests, {} tensor ranges ({} chunk pieces), {} written in one pattern per range and "
+        "read back{}",
+        o_.requests, ranges, batch.size(), bytes_text(segment_bytes(batch)),
+        r.ok() ? ", 0 mismatches" : ": " + mismatch_text(r));
+    c.figures = {{"requests", o_.requests},
+                 {"tensor_ranges", ranges},
+                 {"bytes", segment_bytes(batch)},
                  {"mismatched_words", r.mismatches}};
     outcomes_.push_back(std::move(c));
   }
@@ -321,7 +329,8 @@ class validator {
     std::vector<gpu_segment> batch;
     const std::uint64_t parent = next_id_++;
     const std::uint64_t tokens = 2 * tokens_per_chunk_ + tokens_per_chunk_ / 2 + 3;  // ends inside a page
-    if (!m_->create(request_id{parent}, fresh_blocks(tokens), tokens).ok()) throw std::runtime_error("check 2: create failed");
+    if (!m_->create(request_id{parent}, fresh_blocks(tokens), tokens).ok())
+      throw std::runtime_error("check 2: create failed");
     live_[parent];
     write_own(parent, 0, batch);
     ws_->fill(batch);
@@ -358,9 +367,10 @@ class validator {
     batch.clear();
     std::uniform_int_distribution<std::uint64_t> grow(1, 2 * tokens_per_chunk_);
     for (std::uint64_t id : family) {
-      if (m_->extend(request_id{id}, grow(rng_)).status != alloc_status::ok) throw std::runtime_error("check 2: extend failed");
-      const std::uint32_t shared = id == parent ? static_cast<std::uint32_t>(tokens * bpt_ / k_chunk_bytes)
-                                                : live_[id].shared_pages;
+      if (m_->extend(request_id{id}, grow(rng_)).status != alloc_status::ok)
+        throw std::runtime_error("check 2: extend failed");
+      const std::uint32_t shared =
+          id == parent ? static_cast<std::uint32_t>(tokens * bpt_ / k_chunk_bytes) : live_[id].shared_pages;
       const std::uint64_t own_from = std::uint64_t{shared} * k_chunk_bytes;
       if (id != parent) {
         // The shared pages hold the parent's pattern (checked above); the own pages get new data.
@@ -370,7 +380,8 @@ class validator {
         for (const gpu_segment& s : parent_pattern) {
           const std::uint64_t t = (s.addr - pv.base) / pv.tensor_span_bytes;
           const std::uint64_t off = s.addr - pv.tensor(static_cast<std::uint32_t>(t));
-          if (off < own_from) e.push_back({v.tensor(static_cast<std::uint32_t>(t)) + off, s.bytes, s.seed, s.first_word});
+          if (off < own_from)
+            e.push_back({v.tensor(static_cast<std::uint32_t>(t)) + off, s.bytes, s.seed, s.first_word});
         }
       } else {
         forget_from(id, own_from);
@@ -382,14 +393,15 @@ class validator {
     const gpu_check_result after = verify_all();
     check_outcome c{2, "fork reads the parent's prefix; writes stay private"};
     c.pass = prefix.ok() && after.ok();
-    c.detail = fmt::format("3 forks (2 children, 1 grandchild) of a {}-token parent read {} of its prefix{}; "
-                           "each of 4 wrote {} in its own pages, then all {} live requests ({}) hold their data{}",
-                           tokens, bytes_text(prefix_bytes_checked), prefix.ok() ? "" : " WRONG: " + mismatch_text(prefix),
-                           bytes_text(segment_bytes(batch) / 4), live_.size(), bytes_text(after.words_checked * 4),
-                           after.ok() ? "" : " WRONG: " + mismatch_text(after));
+    c.detail = fmt::format(
+        "3 forks (2 children, 1 grandchild) of a {}-token parent read {} of its prefix{}; "
+        "each of 4 wrote {} in its own pages, then all {} live requests ({}) hold their data{}",
+        tokens, bytes_text(prefix_bytes_checked), prefix.ok() ? "" : " WRONG: " + mismatch_text(prefix),
+        bytes_text(segment_bytes(batch) / 4), live_.size(), bytes_text(after.words_checked * 4),
+        after.ok() ? "" : " WRONG: " + mismatch_text(after));
     c.figures = {{"prefix_bytes_checked", prefix_bytes_checked}, {"prefix_mismatched_words", prefix.mismatches},
-                 {"own_bytes_written", segment_bytes(batch)}, {"live_requests", live_.size()},
-                 {"bytes_verified", after.words_checked * 4}, {"mismatched_words", after.mismatches}};
+                 {"own_bytes_written", segment_bytes(batch)},    {"live_requests", live_.size()},
+                 {"bytes_verified", after.words_checked * 4},    {"mismatched_words", after.mismatches}};
     outcomes_.push_back(std::move(c));
   }
 
@@ -401,8 +413,10 @@ class validator {
                     std::vector<std::string>& problems, std::uint64_t& checked) {
     const vtensor_view cv = view_of(child);
     const std::uint64_t page_off = std::uint64_t{shared} * k_chunk_bytes;
-    if (copies_.size() != tensors_) problems.push_back(fmt::format("{}: {} copies for {} tensors", what, copies_.size(), tensors_));
-    if (cow_bytes != partial * tensors_) problems.push_back(fmt::format("{}: cow bytes {} != {}", what, cow_bytes, partial * tensors_));
+    if (copies_.size() != tensors_)
+      problems.push_back(fmt::format("{}: {} copies for {} tensors", what, copies_.size(), tensors_));
+    if (cow_bytes != partial * tensors_)
+      problems.push_back(fmt::format("{}: cow bytes {} != {}", what, cow_bytes, partial * tensors_));
     for (std::uint32_t t = 0; t < tensors_ && t < copies_.size(); ++t) {
       const copy_call& k = copies_[t];
       if (k.bytes != partial || k.dst != cv.tensor(t) + page_off) {
@@ -437,7 +451,8 @@ class validator {
     // (a) fork: the source page is the parent's, mapped.
     std::vector<gpu_segment> batch;
     const std::uint64_t q = next_id_++, qc = next_id_++;
-    if (!m_->create(request_id{q}, fresh_blocks(tokens), tokens).ok()) throw std::runtime_error("check 3: create failed");
+    if (!m_->create(request_id{q}, fresh_blocks(tokens), tokens).ok())
+      throw std::runtime_error("check 3: create failed");
     live_[q];
     write_own(q, 0, batch);  // the whole mapped range: bytes past the valid ones hold data too
     ws_->fill(batch);
@@ -455,8 +470,8 @@ class validator {
     // (b) create from a cached prefix: the source page is mapped nowhere (copied through scratch).
     batch.clear();
     const std::uint64_t s = next_id_++, tq = next_id_++;
-    std::vector<token_block> blocks{{key_counter_++, 512}, {key_counter_++, 512},
-                                    {key_counter_++, static_cast<std::uint32_t>(short_block)}};
+    std::vector<token_block> blocks{
+        {key_counter_++, 512}, {key_counter_++, 512}, {key_counter_++, static_cast<std::uint32_t>(short_block)}};
     if (!m_->create(request_id{s}, blocks, tokens).ok()) throw std::runtime_error("check 3: create failed");
     live_[s];
     write_own(s, 0, batch);
@@ -470,7 +485,8 @@ class validator {
     const create_result cr = m_->create(request_id{tq}, blocks, tokens + 300);
     poison_copies_ = false;
     if (!cr.ok()) throw std::runtime_error("check 3: create from the cache ran out of memory");
-    if (cr.hit_tokens != tokens) problems.push_back(fmt::format("cached: hit {} tokens, expected {}", cr.hit_tokens, tokens));
+    if (cr.hit_tokens != tokens)
+      problems.push_back(fmt::format("cached: hit {} tokens, expected {}", cr.hit_tokens, tokens));
     check_copies("cached prefix", tq, cr.shared_pages, partial, cr.cow_bytes, s_pattern, sv, problems, checked);
     // Its shared pages read the finished request's bytes.
     {
@@ -480,7 +496,8 @@ class validator {
         const std::uint64_t t = (seg.addr - sv.base) / sv.tensor_span_bytes;
         const std::uint64_t off = seg.addr - sv.tensor(static_cast<std::uint32_t>(t));
         if (off < std::uint64_t{cr.shared_pages} * k_chunk_bytes) {
-          shared_expect.push_back({tv.tensor(static_cast<std::uint32_t>(t)) + off, seg.bytes, seg.seed, seg.first_word});
+          shared_expect.push_back(
+              {tv.tensor(static_cast<std::uint32_t>(t)) + off, seg.bytes, seg.seed, seg.first_word});
         }
       }
       const gpu_check_result r = ws_->check(shared_expect);
@@ -491,12 +508,16 @@ class validator {
     m_->check_invariants();
     check_outcome c{3, "copy-on-write copies exactly the valid bytes"};
     c.pass = problems.empty();
-    c.detail = fmt::format("{}-token prefix, {} whole pages + {} valid bytes per tensor; fork and cached-prefix create: "
-                           "{} copies each of exactly {} bytes, destination tail untouched; {} compared{}",
-                           tokens, shared, partial, tensors_, partial, bytes_text(checked),
-                           problems.empty() ? "" : "; " + fmt::format("{}", fmt::join(problems, "; ")));
-    c.figures = {{"prefix_tokens", tokens}, {"valid_bytes_per_tensor", partial}, {"shared_pages", shared},
-                 {"bytes_compared", checked}, {"problems", problems}};
+    c.detail = fmt::format(
+        "{}-token prefix, {} whole pages + {} valid bytes per tensor; fork and cached-prefix create: "
+        "{} copies each of exactly {} bytes, destination tail untouched; {} compared{}",
+        tokens, shared, partial, tensors_, partial, bytes_text(checked),
+        problems.empty() ? "" : "; " + fmt::format("{}", fmt::join(problems, "; ")));
+    c.figures = {{"prefix_tokens", tokens},
+                 {"valid_bytes_per_tensor", partial},
+                 {"shared_pages", shared},
+                 {"bytes_compared", checked},
+                 {"problems", problems}};
     outcomes_.push_back(std::move(c));
   }
 
@@ -576,8 +597,8 @@ class validator {
     const std::uint64_t cap = backend_->capacity_bytes();
     const std::uint64_t request_bytes = geometry_pages(f.failing_tokens) * tensors_ * k_chunk_bytes;
     // Full: what the failed create needed exceeds what could still be created plus the free pool.
-    const bool filled =
-        full.memory.physical_bytes <= cap && cap - full.memory.physical_bytes + full.memory.free_pool_bytes < request_bytes;
+    const bool filled = full.memory.physical_bytes <= cap &&
+                        cap - full.memory.physical_bytes + full.memory.free_pool_bytes < request_bytes;
     const auto [preempted, retried] = preempt_until_fits(f);
     m_->check_invariants();
     const gpu_check_result after = verify_all();
@@ -594,26 +615,29 @@ class validator {
     c.pass = data.ok() && after.ok() && signals >= 1 && evicted > 0 && filled && retried && clean;
     c.detail = fmt::format(
         "{} creates ({} finished into the cache) in {:.1f} s filled {} of {} ({} chunks), {} prefix evictions, then "
-        "needs_preemption{}; {} verified{}; {} preempted, retry {}; after shutdown: backend holds {} ranges, {} chunks, "
+        "needs_preemption{}; {} verified{}; {} preempted, retry {}; after shutdown: backend holds {} ranges, {} "
+        "chunks, "
         "{} mappings, driver used {} from start (bound {})",
         f.creates, f.finished, f.seconds, bytes_text(full.memory.physical_bytes), bytes_text(cap),
-        full.memory.physical_bytes / k_chunk_bytes, evicted, filled ? "" : " (NOT full)", bytes_text(data.words_checked * 4),
+        full.memory.physical_bytes / k_chunk_bytes, evicted, filled ? "" : " (NOT full)",
+        bytes_text(data.words_checked * 4),
         data.ok() && after.ok() ? ", 0 mismatches" : " WRONG: " + mismatch_text(data.ok() ? after : data), preempted,
         retried ? "ok" : "FAILED", left.ranges, left.chunks, left.mappings, bytes_text(leak),
         bytes_text(o_.overhead_bytes));
-    c.figures = {{"creates", f.creates},
-                 {"finished", f.finished},
-                 {"fill_seconds", f.seconds},
-                 {"physical_bytes_full", full.memory.physical_bytes},
-                 {"cap_bytes", cap},
-                 {"evicted_nodes", evicted},
-                 {"preemption_signals", signals},
-                 {"bytes_verified", data.words_checked * 4},
-                 {"mismatched_words", data.mismatches + after.mismatches},
-                 {"preempted", preempted},
-                 {"retry_ok", retried},
-                 {"live_after_shutdown", {{"ranges", left.ranges}, {"chunks", left.chunks}, {"mappings", left.mappings}}},
-                 {"driver_used_after_shutdown_minus_start_bytes", leak}};
+    c.figures = {
+        {"creates", f.creates},
+        {"finished", f.finished},
+        {"fill_seconds", f.seconds},
+        {"physical_bytes_full", full.memory.physical_bytes},
+        {"cap_bytes", cap},
+        {"evicted_nodes", evicted},
+        {"preemption_signals", signals},
+        {"bytes_verified", data.words_checked * 4},
+        {"mismatched_words", data.mismatches + after.mismatches},
+        {"preempted", preempted},
+        {"retry_ok", retried},
+        {"live_after_shutdown", {{"ranges", left.ranges}, {"chunks", left.chunks}, {"mappings", left.mappings}}},
+        {"driver_used_after_shutdown_minus_start_bytes", leak}};
     outcomes_.push_back(std::move(c));
   }
   std::uint64_t geometry_pages(std::uint64_t tokens) const { return ceil_div(tokens * bpt_, k_chunk_bytes); }
@@ -650,19 +674,18 @@ class validator {
 int cmd_validate_gpu(std::span<const std::string> args, const cli_streams& io) {
   return guarded_run(name, io, [&] {
     po::options_description options("options");
-    options.add_options()
-        ("device", po::value<int>()->default_value(0), "CUDA device index")
-        ("memory", po::value<std::string>(),
-         "cap on the chunk memory the manager may create (e.g. 16GiB); default: all free memory minus 2 GiB")
-        ("layout", po::value<std::string>()->default_value("kv-fused"),
-         "KV layout of Llama-3-8B: kv-split (64 tensors), kv-fused (32), token-major (1)")
-        ("seed", po::value<std::uint64_t>()->default_value(1), "seed of request sizes and patterns")
-        ("context", po::value<std::uint64_t>()->default_value(8192), "max tokens of every vTensor")
-        ("requests", po::value<std::uint64_t>()->default_value(24), "requests of the contiguity check")
-        ("overhead", po::value<std::string>()->default_value("64MiB"),
-         "bound on |driver used memory delta - manager physical bytes| (check 4) and on what\n"
-         "shutdown may leave (check 5)")
-        ("json", po::value<std::string>(), "also write the summary as JSON to this file");
+    options.add_options()("device", po::value<int>()->default_value(0), "CUDA device index")(
+        "memory", po::value<std::string>(),
+        "cap on the chunk memory the manager may create (e.g. 16GiB); default: all free memory minus 2 GiB")(
+        "layout", po::value<std::string>()->default_value("kv-fused"),
+        "KV layout of Llama-3-8B: kv-split (64 tensors), kv-fused (32), token-major (1)")(
+        "seed", po::value<std::uint64_t>()->default_value(1), "seed of request sizes and patterns")(
+        "context", po::value<std::uint64_t>()->default_value(8192), "max tokens of every vTensor")(
+        "requests", po::value<std::uint64_t>()->default_value(24), "requests of the contiguity check")(
+        "overhead", po::value<std::string>()->default_value("64MiB"),
+        "bound on |driver used memory delta - manager physical bytes| (check 4) and on what\n"
+        "shutdown may leave (check 5)")("json", po::value<std::string>(),
+                                        "also write the summary as JSON to this file");
     const po::positional_options_description positional;
     const auto values = parse_command_line(
         name, "[--device N] [--memory SIZE] [--layout L] [--seed N] [--json FILE]",

@@ -57,9 +57,7 @@ void cuda_check(cudaError_t e, const char* what) {
   }
 }
 
-unsigned blocks_for(std::size_t count) {
-  return static_cast<unsigned>(std::min<std::size_t>(count, k_max_blocks));
-}
+unsigned blocks_for(std::size_t count) { return static_cast<unsigned>(std::min<std::size_t>(count, k_max_blocks)); }
 
 }  // namespace
 
@@ -86,7 +84,7 @@ gpu_workspace::~gpu_workspace() {
 
 void gpu_workspace::upload(const gpu_segment* segments, std::size_t count) {
   cuda_check(cudaMemcpy(segments_, segments, count * sizeof(gpu_segment), cudaMemcpyHostToDevice),
-        "cudaMemcpy (segment list)");
+             "cudaMemcpy (segment list)");
 }
 
 void gpu_workspace::fill(const std::vector<gpu_segment>& segments) {
@@ -130,8 +128,9 @@ gpu_check_result gpu_workspace::check(const std::vector<gpu_segment>& segments) 
 
 void gpu_workspace::copy(std::uint64_t dst, std::uint64_t src, std::uint64_t bytes) {
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaMemcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes, cudaMemcpyDeviceToDevice),
-        "cudaMemcpy (device to device)");
+  cuda_check(
+      cudaMemcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes, cudaMemcpyDeviceToDevice),
+      "cudaMemcpy (device to device)");
   // A device-to-device cudaMemcpy may return before the copy ends; the caller unmaps next.
   cuda_check(cudaDeviceSynchronize(), "cudaMemcpy (device to device) completion");
 }

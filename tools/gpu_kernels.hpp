@@ -39,8 +39,8 @@ struct gpu_segment {
 
 /// What a check found.
 struct gpu_check_result {
-  std::uint64_t words_checked = 0;  ///< words compared
-  std::uint64_t mismatches = 0;     ///< words that differ from the pattern
+  std::uint64_t words_checked = 0;      ///< words compared
+  std::uint64_t mismatches = 0;         ///< words that differ from the pattern
   std::uint64_t first_bad_segment = 0;  ///< index of the first segment with a mismatch (if any)
   std::uint64_t first_bad_word = 0;     ///< word index inside that segment of its first mismatch
   [[nodiscard]] bool ok() const { return mismatches == 0; }
@@ -71,20 +71,18 @@ inline constexpr bool k_gpu_kernels_built = false;
 
 /// Splits `[addr, addr + bytes)` into segments of at most `piece_bytes`, continuing one pattern
 /// from word `first_word`, and appends them to `out`.
-inline void append_segments(std::vector<gpu_segment>& out, std::uint64_t addr, std::uint64_t bytes,
-                            std::uint64_t seed, std::uint64_t first_word,
-                            std::uint64_t piece_bytes = 2 * k_mib) {
+inline void append_segments(std::vector<gpu_segment>& out, std::uint64_t addr, std::uint64_t bytes, std::uint64_t seed,
+                            std::uint64_t first_word, std::uint64_t piece_bytes = 2 * k_mib) {
   for (std::uint64_t off = 0; off < bytes; off += piece_bytes) {
     const std::uint64_t len = bytes - off < piece_bytes ? bytes - off : piece_bytes;
     out.push_back({addr + off, len, seed, first_word + off / 4});
   }
 }
 
-/// Device-side buffers and kernels on one device (defined only when k_gpu_kernels_built), through the CUDA runtime (which works in the
-/// device's primary context, the one the cuda backend uses). The constructor allocates its
-/// buffers and runs every kernel once, so that after it the runtime allocates no device memory:
-/// take memory baselines after constructing it. Throws gpu_error (no kernels in this build, no
-/// device, or a runtime failure). Not thread-safe.
+/// Device-side buffers and kernels on one device (defined only when k_gpu_kernels_built), through the CUDA runtime
+/// (which works in the device's primary context, the one the cuda backend uses). The constructor allocates its buffers
+/// and runs every kernel once, so that after it the runtime allocates no device memory: take memory baselines after
+/// constructing it. Throws gpu_error (no kernels in this build, no device, or a runtime failure). Not thread-safe.
 class gpu_workspace {
  public:
   explicit gpu_workspace(int device_index);

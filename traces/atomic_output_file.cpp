@@ -1,10 +1,10 @@
 #include "traces/atomic_output_file.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstdlib>
-#include <sys/stat.h>
 #include <system_error>
-#include <unistd.h>
 #include <vector>
 
 namespace vtensor::traces {
@@ -14,7 +14,7 @@ namespace {
   throw std::system_error(errno, std::generic_category(), what);
 }
 
-} // namespace
+}  // namespace
 
 atomic_output_file::atomic_output_file(std::string path) : path_(std::move(path)) {
   std::vector<char> name(path_.begin(), path_.end());
@@ -67,4 +67,4 @@ void atomic_output_file::commit() {
   }
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

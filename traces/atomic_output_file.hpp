@@ -11,7 +11,7 @@ namespace vtensor::traces {
 /// destroyed uncommitted (an error, an exception), it removes the temporary file and the target
 /// is left untouched. Throws std::system_error when a file operation fails.
 class atomic_output_file {
-public:
+ public:
   explicit atomic_output_file(std::string path);
   ~atomic_output_file();
   atomic_output_file(const atomic_output_file&) = delete;
@@ -23,12 +23,12 @@ public:
   /// Flushes, closes and renames onto the target. Call once.
   void commit();
 
-  [[nodiscard]] const std::string& path() const noexcept { return path_; } ///< the target
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }  ///< the target
 
-private:
+ private:
   std::string path_;
   std::string temp_path_;
   std::FILE* file_ = nullptr;
 };
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

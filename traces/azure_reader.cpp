@@ -42,9 +42,7 @@ std::int64_t days_from_civil(std::int64_t year, unsigned month, unsigned day) no
   return era * 146097 + static_cast<std::int64_t>(day_of_era) - 719468;
 }
 
-bool is_leap(std::int64_t year) noexcept {
-  return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-}
+bool is_leap(std::int64_t year) noexcept { return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0; }
 
 unsigned days_in_month(std::int64_t year, unsigned month) noexcept {
   constexpr unsigned days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
@@ -70,7 +68,7 @@ bool expect(std::string_view text, std::size_t& at, char c) {
   return true;
 }
 
-} // namespace
+}  // namespace
 
 std::optional<std::int64_t> parse_date_time_ns(std::string_view text) noexcept {
   std::size_t at = 0;
@@ -99,8 +97,8 @@ std::optional<std::int64_t> parse_date_time_ns(std::string_view text) noexcept {
     if (digits == 0) return std::nullopt;
   }
   if (at != text.size()) return std::nullopt;
-  if (month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour > 23 ||
-      minute > 59 || second > 60) {
+  if (month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour > 23 || minute > 59 ||
+      second > 60) {
     return std::nullopt;
   }
   const std::int64_t days = days_from_civil(year, month, day);
@@ -109,8 +107,7 @@ std::optional<std::int64_t> parse_date_time_ns(std::string_view text) noexcept {
 }
 
 azure_reader::azure_reader(std::string path)
-    : trace_reader(path, trace_format::azure,
-                   {std::string(timestamp_name), std::string(context_name), ""}, 0),
+    : trace_reader(path, trace_format::azure, {std::string(timestamp_name), std::string(context_name), ""}, 0),
       lines_(std::move(path)) {
   std::optional<std::string_view> line;
   do {
@@ -165,13 +162,11 @@ bool azure_reader::do_next(trace_request& request) {
   const std::string_view stamp = cells[timestamp_column_];
   const auto time_ns = parse_date_time_ns(stamp);
   if (!time_ns) {
-    fail(timestamp_name,
-         fmt::format("expected \"YYYY-MM-DD HH:MM:SS.fffffff\", got \"{}\"", stamp));
+    fail(timestamp_name, fmt::format("expected \"YYYY-MM-DD HH:MM:SS.fffffff\", got \"{}\"", stamp));
   }
   if (!first_ns_) first_ns_ = *time_ns;
   if (*time_ns < *first_ns_) {
-    fail(timestamp_name, fmt::format("arrival goes backwards: {} is before the first row's time",
-                                     stamp));
+    fail(timestamp_name, fmt::format("arrival goes backwards: {} is before the first row's time", stamp));
   }
   request.arrival_us = static_cast<std::uint64_t>((*time_ns - *first_ns_) / 1000);
   request.input_tokens = tokens(context_column_, context_name);
@@ -184,4 +179,4 @@ bool azure_reader::do_next(trace_request& request) {
   return true;
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -16,10 +16,10 @@ namespace vtensor::traces {
 /// digits); arrivals are microseconds after the first row's, floored. No prefix identity (empty
 /// block_keys) and no sessions (session = 0-based row index, turn 0). Throws trace_error.
 class azure_reader final : public trace_reader {
-public:
+ public:
   explicit azure_reader(std::string path);
 
-private:
+ private:
   bool do_next(trace_request& request) override;
 
   line_reader lines_;
@@ -27,7 +27,7 @@ private:
   std::size_t context_column_ = 0;
   std::size_t generated_column_ = 0;
   std::size_t columns_ = 0;
-  std::vector<std::string_view> cells_; // of the current line, reused
+  std::vector<std::string_view> cells_;  // of the current line, reused
   std::optional<std::int64_t> first_ns_;
   std::uint64_t index_ = 0;
 };
@@ -36,4 +36,4 @@ private:
 /// (no time zone, proleptic Gregorian calendar); nullopt when malformed or out of range.
 [[nodiscard]] std::optional<std::int64_t> parse_date_time_ns(std::string_view text) noexcept;
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -28,18 +28,16 @@ double parse_number(std::string_view spec, std::string_view text) {
   return value;
 }
 
-} // namespace
+}  // namespace
 
-double uniform_01(random_engine& engine) noexcept {
-  return static_cast<double>(engine() >> 11) * 0x1.0p-53;
-}
+double uniform_01(random_engine& engine) noexcept { return static_cast<double>(engine() >> 11) * 0x1.0p-53; }
 
 double sample_exponential(random_engine& engine, double mean) noexcept {
   return -std::log1p(-uniform_01(engine)) * mean;
 }
 
 double sample_normal(random_engine& engine) noexcept {
-  const double u1 = 1.0 - uniform_01(engine); // (0, 1]
+  const double u1 = 1.0 - uniform_01(engine);  // (0, 1]
   const double u2 = uniform_01(engine);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2);
 }
@@ -123,49 +121,50 @@ int_distribution int_distribution::parse(std::string_view spec) {
 
 std::uint64_t int_distribution::sample(random_engine& engine) const noexcept {
   switch (kind_) {
-  case kind::constant: return round_non_negative(a_);
-  case kind::uniform: {
-    const auto span = static_cast<std::uint64_t>(b_ - a_) + 1;
-    return static_cast<std::uint64_t>(a_) + static_cast<std::uint64_t>(uniform_01(engine) * static_cast<double>(span));
-  }
-  case kind::lognormal: return round_non_negative(a_ * std::exp(b_ * sample_normal(engine)));
-  case kind::exponential: return round_non_negative(sample_exponential(engine, a_));
-  case kind::geometric: {
-    if (a_ <= 1) return 1;
-    const double p = 1.0 / a_;
-    return 1 + static_cast<std::uint64_t>(std::floor(std::log1p(-uniform_01(engine)) / std::log1p(-p)));
-  }
-  case kind::gamma: {
-    if (a_ == 0) return 0;
-    const double shape = 1.0 / (b_ * b_);
-    return round_non_negative(sample_gamma(engine, shape, a_ / shape));
-  }
+    case kind::constant: return round_non_negative(a_);
+    case kind::uniform: {
+      const auto span = static_cast<std::uint64_t>(b_ - a_) + 1;
+      return static_cast<std::uint64_t>(a_) +
+             static_cast<std::uint64_t>(uniform_01(engine) * static_cast<double>(span));
+    }
+    case kind::lognormal: return round_non_negative(a_ * std::exp(b_ * sample_normal(engine)));
+    case kind::exponential: return round_non_negative(sample_exponential(engine, a_));
+    case kind::geometric: {
+      if (a_ <= 1) return 1;
+      const double p = 1.0 / a_;
+      return 1 + static_cast<std::uint64_t>(std::floor(std::log1p(-uniform_01(engine)) / std::log1p(-p)));
+    }
+    case kind::gamma: {
+      if (a_ == 0) return 0;
+      const double shape = 1.0 / (b_ * b_);
+      return round_non_negative(sample_gamma(engine, shape, a_ / shape));
+    }
   }
   return 0;
 }
 
 std::string int_distribution::to_string() const {
   switch (kind_) {
-  case kind::constant: return fmt::format("const:{}", a_);
-  case kind::uniform: return fmt::format("uniform:{}:{}", a_, b_);
-  case kind::lognormal: return fmt::format("lognormal:{}:{}", a_, b_);
-  case kind::exponential: return fmt::format("exp:{}", a_);
-  case kind::geometric: return fmt::format("geometric:{}", a_);
-  case kind::gamma: return fmt::format("gamma:{}:{}", a_, b_);
+    case kind::constant: return fmt::format("const:{}", a_);
+    case kind::uniform: return fmt::format("uniform:{}:{}", a_, b_);
+    case kind::lognormal: return fmt::format("lognormal:{}:{}", a_, b_);
+    case kind::exponential: return fmt::format("exp:{}", a_);
+    case kind::geometric: return fmt::format("geometric:{}", a_);
+    case kind::gamma: return fmt::format("gamma:{}:{}", a_, b_);
   }
   return "?";
 }
 
 double int_distribution::mean() const noexcept {
   switch (kind_) {
-  case kind::constant: return a_;
-  case kind::uniform: return (a_ + b_) / 2;
-  case kind::lognormal: return a_ * std::exp(b_ * b_ / 2);
-  case kind::exponential:
-  case kind::geometric:
-  case kind::gamma: return a_;
+    case kind::constant: return a_;
+    case kind::uniform: return (a_ + b_) / 2;
+    case kind::lognormal: return a_ * std::exp(b_ * b_ / 2);
+    case kind::exponential:
+    case kind::geometric:
+    case kind::gamma: return a_;
   }
   return 0;
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -31,7 +31,7 @@ using random_engine = std::mt19937_64;
 ///   `geometric:MEAN`             1, 2, 3, ... with P(k) = p (1-p)^(k-1), p = 1/MEAN (MEAN >= 1)
 ///   `gamma:MEAN:CV`              gamma with that mean and coefficient of variation, rounded
 class int_distribution {
-public:
+ public:
   enum class kind { constant, uniform, lognormal, exponential, geometric, gamma };
 
   /// Parses a spec; throws std::invalid_argument naming the spec and what is wrong.
@@ -46,10 +46,10 @@ public:
   /// The distribution's mean (before rounding).
   [[nodiscard]] double mean() const noexcept;
 
-private:
+ private:
   kind kind_ = kind::constant;
-  double a_ = 0; // constant / LO / MEDIAN / MEAN
-  double b_ = 0; // HI / SIGMA / CV
+  double a_ = 0;  // constant / LO / MEDIAN / MEAN
+  double b_ = 0;  // HI / SIGMA / CV
 };
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -18,7 +18,7 @@ std::uint64_t mix(std::uint32_t parent, std::uint64_t key) noexcept {
   return x;
 }
 
-} // namespace
+}  // namespace
 
 infinite_prefix_cache::infinite_prefix_cache() : slots_(initial_slots) {}
 
@@ -71,4 +71,4 @@ std::uint64_t infinite_prefix_cache::serve(const trace_request& request) {
   return std::min<std::uint64_t>(matched * request.block_tokens, request.input_tokens - 1u);
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

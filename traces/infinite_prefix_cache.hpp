@@ -21,7 +21,7 @@ namespace vtensor::traces {
 ///
 /// Memory: about 24-48 bytes per distinct cached prefix block (one open-addressing table).
 class infinite_prefix_cache {
-public:
+ public:
   infinite_prefix_cache();
 
   /// Prompt tokens of `request` served from the cache; then caches all its blocks.
@@ -33,11 +33,11 @@ public:
   /// Distinct prefix blocks cached.
   [[nodiscard]] std::uint64_t cached_blocks() const noexcept { return size_; }
 
-private:
+ private:
   struct slot {
     std::uint64_t key = 0;
     std::uint32_t parent = 0;
-    std::uint32_t child = 0; // 0: empty slot (node 0 is the root)
+    std::uint32_t child = 0;  // 0: empty slot (node 0 is the root)
   };
 
   [[nodiscard]] std::size_t find_slot(std::uint32_t parent, std::uint64_t key) const noexcept;
@@ -47,4 +47,4 @@ private:
   std::uint64_t size_ = 0;
 };
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -20,7 +20,7 @@ std::string describe(const nlohmann::json& value) {
   return fmt::format("{} {}", value.type_name(), text);
 }
 
-} // namespace
+}  // namespace
 
 nlohmann::json parse_object(std::string_view text, const line_context& where) {
   nlohmann::json object;
@@ -32,21 +32,19 @@ nlohmann::json parse_object(std::string_view text, const line_context& where) {
     throw trace_error(where.path, where.line, "", "bad JSON: " + why);
   }
   if (!object.is_object()) {
-    throw trace_error(where.path, where.line, "",
-                      fmt::format("expected a JSON object, got {}", describe(object)));
+    throw trace_error(where.path, where.line, "", fmt::format("expected a JSON object, got {}", describe(object)));
   }
   return object;
 }
 
-const nlohmann::json& require_member(const nlohmann::json& object, std::string_view key,
-                                     const line_context& where) {
+const nlohmann::json& require_member(const nlohmann::json& object, std::string_view key, const line_context& where) {
   const auto found = object.find(key);
   if (found == object.end()) fail(where, key, "missing");
   return *found;
 }
 
-std::uint64_t to_unsigned(const nlohmann::json& value, std::string_view key,
-                          const line_context& where, std::uint64_t max) {
+std::uint64_t to_unsigned(const nlohmann::json& value, std::string_view key, const line_context& where,
+                          std::uint64_t max) {
   std::uint64_t result = 0;
   if (value.is_number_unsigned()) {
     result = value.get<std::uint64_t>();
@@ -57,15 +55,14 @@ std::uint64_t to_unsigned(const nlohmann::json& value, std::string_view key,
     if (number < 0) fail(where, key, fmt::format("negative value {}", number));
     fail(where, key, fmt::format("wrong type: expected an integer, got {}", number));
   } else {
-    fail(where, key, fmt::format("wrong type: expected a non-negative integer, got {}",
-                                 describe(value)));
+    fail(where, key, fmt::format("wrong type: expected a non-negative integer, got {}", describe(value)));
   }
   if (result > max) fail(where, key, fmt::format("value {} is too large (at most {})", result, max));
   return result;
 }
 
-std::uint64_t to_scaled_unsigned(const nlohmann::json& value, std::string_view key,
-                                 const line_context& where, std::uint64_t scale) {
+std::uint64_t to_scaled_unsigned(const nlohmann::json& value, std::string_view key, const line_context& where,
+                                 std::uint64_t scale) {
   constexpr std::uint64_t max = std::uint64_t{1} << 62;
   if (!value.is_number_float()) {
     const std::uint64_t number = to_unsigned(value, key, where, max / scale);
@@ -89,11 +86,10 @@ void to_key_array(const nlohmann::json& value, std::string_view key, const line_
   for (std::size_t i = 0; i < value.size(); ++i) {
     const auto& element = value[i];
     if (!element.is_number_unsigned()) {
-      fail(where, key, fmt::format("element {}: expected a non-negative integer, got {}", i,
-                                   describe(element)));
+      fail(where, key, fmt::format("element {}: expected a non-negative integer, got {}", i, describe(element)));
     }
     keys.push_back(element.get<std::uint64_t>());
   }
 }
 
-} // namespace vtensor::traces::detail
+}  // namespace vtensor::traces::detail

@@ -13,22 +13,21 @@ namespace vtensor::traces::detail {
 
 /// Where a value came from, for messages.
 struct line_context {
-  const std::string& path; ///< the trace file
-  std::uint64_t line;      ///< 1-based line
+  const std::string& path;  ///< the trace file
+  std::uint64_t line;       ///< 1-based line
 };
 
 /// Parses one line holding a JSON object. Throws trace_error on bad JSON or another type.
 [[nodiscard]] nlohmann::json parse_object(std::string_view text, const line_context& where);
 
 /// The member `key` of `object`. Throws trace_error when it is missing.
-[[nodiscard]] const nlohmann::json& require_member(const nlohmann::json& object,
-                                                   std::string_view key,
+[[nodiscard]] const nlohmann::json& require_member(const nlohmann::json& object, std::string_view key,
                                                    const line_context& where);
 
 /// A non-negative integer no larger than `max`. Throws trace_error naming `key` for negative,
 /// fractional, too large or non-numeric values.
-[[nodiscard]] std::uint64_t to_unsigned(const nlohmann::json& value, std::string_view key,
-                                        const line_context& where, std::uint64_t max);
+[[nodiscard]] std::uint64_t to_unsigned(const nlohmann::json& value, std::string_view key, const line_context& where,
+                                        std::uint64_t max);
 
 /// A non-negative number (integer or not) times `scale`, rounded to an integer: Mooncake's
 /// millisecond timestamps to microseconds. Throws trace_error like to_unsigned.
@@ -39,4 +38,4 @@ struct line_context {
 void to_key_array(const nlohmann::json& value, std::string_view key, const line_context& where,
                   std::vector<std::uint64_t>& keys);
 
-} // namespace vtensor::traces::detail
+}  // namespace vtensor::traces::detail

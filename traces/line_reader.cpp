@@ -2,20 +2,19 @@
 
 #include "traces/trace_error.hpp"
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstring>
-#include <sys/stat.h>
 
 namespace vtensor::traces {
 namespace {
 
 constexpr std::size_t initial_buffer_bytes = std::size_t{1} << 20;
 
-} // namespace
+}  // namespace
 
 line_reader::line_reader(std::string path)
-    : path_(std::move(path)), file_(std::fopen(path_.c_str(), "rb")),
-      buffer_(initial_buffer_bytes) {
+    : path_(std::move(path)), file_(std::fopen(path_.c_str(), "rb")), buffer_(initial_buffer_bytes) {
   if (!file_) throw trace_error(path_, 0, "", std::string("cannot open: ") + std::strerror(errno));
   struct stat info {};
   if (::fstat(::fileno(file_.get()), &info) == 0 && S_ISDIR(info.st_mode)) {
@@ -68,4 +67,4 @@ std::optional<std::string_view> line_reader::next() {
   }
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

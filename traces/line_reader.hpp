@@ -14,18 +14,18 @@ namespace vtensor::traces {
 /// line, whatever the file size. Accepts '\n' and "\r\n" endings and a missing final newline.
 /// Throws trace_error when the file cannot be opened or read.
 class line_reader {
-public:
+ public:
   explicit line_reader(std::string path);
 
   /// The next line without its ending, or nullopt at end of file. The view stays valid until
   /// the next call.
   [[nodiscard]] std::optional<std::string_view> next();
 
-  [[nodiscard]] const std::string& path() const noexcept { return path_; } ///< as given
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }  ///< as given
   /// 1-based number of the line last returned (0 before the first).
   [[nodiscard]] std::uint64_t line_number() const noexcept { return line_number_; }
 
-private:
+ private:
   struct file_closer {
     void operator()(std::FILE* file) const noexcept { std::fclose(file); }
   };
@@ -34,11 +34,11 @@ private:
 
   std::string path_;
   std::unique_ptr<std::FILE, file_closer> file_;
-  std::vector<char> buffer_; // bytes [begin_, end_) are read but not yet returned
+  std::vector<char> buffer_;  // bytes [begin_, end_) are read but not yet returned
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
   bool eof_ = false;
   std::uint64_t line_number_ = 0;
 };
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -11,14 +11,14 @@ namespace vtensor::traces {
 /// own session (the format has no session id): session = 0-based request index, turn 0.
 /// Throws trace_error (from the constructor when the file cannot be opened).
 class mooncake_reader final : public trace_reader {
-public:
+ public:
   explicit mooncake_reader(std::string path, const reader_options& options = {});
 
-private:
+ private:
   bool do_next(trace_request& request) override;
 
   line_reader lines_;
   std::uint64_t index_ = 0;
 };
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -15,11 +15,12 @@ std::string format_message(const std::string& file, std::uint64_t line, const st
   return message;
 }
 
-} // namespace
+}  // namespace
 
-trace_error::trace_error(std::string file, std::uint64_t line, std::string field,
-                         const std::string& why)
-    : std::runtime_error(format_message(file, line, field, why)), file_(std::move(file)),
-      line_(line), field_(std::move(field)) {}
+trace_error::trace_error(std::string file, std::uint64_t line, std::string field, const std::string& why)
+    : std::runtime_error(format_message(file, line, field, why)),
+      file_(std::move(file)),
+      line_(line),
+      field_(std::move(field)) {}
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

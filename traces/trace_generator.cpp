@@ -13,7 +13,7 @@ std::string_view to_string(arrival_process process) {
   return process == arrival_process::poisson ? "poisson" : "gamma";
 }
 
-} // namespace
+}  // namespace
 
 void generator_params::validate() const {
   const auto bad = [](const std::string& why) { throw std::invalid_argument(why); };
@@ -47,9 +47,10 @@ nlohmann::json generator_params::to_json() const {
 }
 
 trace_generator::trace_generator(generator_params params)
-    : trace_reader("<generated>", trace_format::vtensor,
-                   {"arrival_us", "input_tokens", "block_keys"}, params.block_tokens),
-      params_(std::move(params)), engine_(params_.seed) {
+    : trace_reader("<generated>", trace_format::vtensor, {"arrival_us", "input_tokens", "block_keys"},
+                   params.block_tokens),
+      params_(std::move(params)),
+      engine_(params_.seed) {
   params_.validate();
   double total_weight = 0;
   for (std::uint32_t i = 0; i < params_.system_prompts; ++i) {
@@ -105,8 +106,7 @@ void trace_generator::start_session() {
   session_state& session = slots_[slot];
   session.id = sessions_started_++;
   session.turn = 0;
-  session.turns = static_cast<std::uint32_t>(
-      std::clamp<std::uint64_t>(params_.turns.sample(engine_), 1, UINT32_MAX));
+  session.turns = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(params_.turns.sample(engine_), 1, UINT32_MAX));
   session.context_tokens = 0;
   session.context_keys.clear();
   if (!system_tokens_.empty()) {
@@ -152,8 +152,8 @@ void trace_generator::emit_turn(std::size_t slot, std::uint64_t arrival_us) {
       trace_request sibling = request;
       sibling.output_tokens = static_cast<std::uint32_t>(std::min<std::uint64_t>(
           std::max<std::uint64_t>(1, params_.output_tokens.sample(engine_)), max_context - prompt));
-      const std::uint64_t suffix = std::min<std::uint64_t>(
-          params_.fanout_suffix_tokens.sample(engine_), max_context - prompt - sibling.output_tokens);
+      const std::uint64_t suffix = std::min<std::uint64_t>(params_.fanout_suffix_tokens.sample(engine_),
+                                                           max_context - prompt - sibling.output_tokens);
       if (suffix > 0) {
         sibling.input_tokens = static_cast<std::uint32_t>(prompt + suffix);
         fill_keys(sibling.block_keys, prompt + suffix, session.context_keys);
@@ -192,4 +192,4 @@ bool trace_generator::do_next(trace_request& request) {
   return true;
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -10,10 +10,8 @@
 
 namespace vtensor::traces {
 
-trace_reader::trace_reader(std::string path, trace_format format, field_names fields,
-                           std::uint32_t block_tokens)
-    : path_(std::move(path)), format_(format), fields_(std::move(fields)),
-      block_tokens_(block_tokens) {}
+trace_reader::trace_reader(std::string path, trace_format format, field_names fields, std::uint32_t block_tokens)
+    : path_(std::move(path)), format_(format), fields_(std::move(fields)), block_tokens_(block_tokens) {}
 
 bool trace_reader::next(trace_request& request) {
   if (!do_next(request)) return false;
@@ -26,14 +24,13 @@ bool trace_reader::next(trace_request& request) {
       throw trace_error(path_, request.line, fields_.block_keys,
                         fmt::format("{} block keys do not fit {} prompt tokens: {}-token blocks "
                                     "need exactly {}",
-                                    request.block_keys.size(), request.input_tokens,
-                                    request.block_tokens, expected));
+                                    request.block_keys.size(), request.input_tokens, request.block_tokens, expected));
     }
   }
   if (requests_read_ > 0 && request.arrival_us < last_arrival_us_) {
     throw trace_error(path_, request.line, fields_.arrival,
-                      fmt::format("arrival goes backwards: {} us, after {} us on line {}",
-                                  request.arrival_us, last_arrival_us_, last_line_));
+                      fmt::format("arrival goes backwards: {} us, after {} us on line {}", request.arrival_us,
+                                  last_arrival_us_, last_line_));
   }
   last_arrival_us_ = request.arrival_us;
   last_line_ = request.line;
@@ -71,16 +68,15 @@ trace_format detect_trace_format(const std::string& path) {
   throw trace_error(path, 0, "", "empty trace: cannot tell its format");
 }
 
-std::unique_ptr<trace_reader> open_trace(const std::string& path,
-                                         std::optional<trace_format> format,
+std::unique_ptr<trace_reader> open_trace(const std::string& path, std::optional<trace_format> format,
                                          const reader_options& options) {
   const trace_format chosen = format ? *format : detect_trace_format(path);
   switch (chosen) {
-  case trace_format::mooncake: return std::make_unique<mooncake_reader>(path, options);
-  case trace_format::azure: return std::make_unique<azure_reader>(path);
-  case trace_format::vtensor: return std::make_unique<vtensor_reader>(path, options);
+    case trace_format::mooncake: return std::make_unique<mooncake_reader>(path, options);
+    case trace_format::azure: return std::make_unique<azure_reader>(path);
+    case trace_format::vtensor: return std::make_unique<vtensor_reader>(path, options);
   }
   throw trace_error(path, 0, "", "unknown trace format");
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -13,9 +13,9 @@ namespace vtensor::traces {
 
 /// The trace file formats vtensor reads (traces/FORMAT.md describes each).
 enum class trace_format {
-  mooncake, ///< Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids
-  azure,    ///< Azure LLM inference CSV: TIMESTAMP, ContextTokens, GeneratedTokens
-  vtensor,  ///< vtensor's own JSONL (optional header line, then one request a line)
+  mooncake,  ///< Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids
+  azure,     ///< Azure LLM inference CSV: TIMESTAMP, ContextTokens, GeneratedTokens
+  vtensor,   ///< vtensor's own JSONL (optional header line, then one request a line)
 };
 
 /// The formats' names, as users type them ("auto" is not one: it asks for detection).
@@ -34,9 +34,9 @@ inline constexpr enum_names<trace_format, 3> k_trace_format_names{
 
 /// The names a format gives the fields that trace_reader checks, for its messages.
 struct field_names {
-  std::string arrival;      ///< e.g. "timestamp"
-  std::string input_tokens; ///< e.g. "input_length"
-  std::string block_keys;   ///< e.g. "hash_ids"
+  std::string arrival;       ///< e.g. "timestamp"
+  std::string input_tokens;  ///< e.g. "input_length"
+  std::string block_keys;    ///< e.g. "hash_ids"
 };
 
 /// Options common to all readers.
@@ -54,7 +54,7 @@ struct reader_options {
 /// present, number exactly ceil(input_tokens / block_tokens). Violations throw trace_error
 /// naming file, line and field. Implementations only parse (`do_next`).
 class trace_reader {
-public:
+ public:
   virtual ~trace_reader() = default;
   trace_reader(const trace_reader&) = delete;
   trace_reader& operator=(const trace_reader&) = delete;
@@ -66,19 +66,18 @@ public:
   /// The next request, or nullopt at end of trace. Throws trace_error on bad input.
   [[nodiscard]] std::optional<trace_request> next();
 
-  [[nodiscard]] const std::string& path() const noexcept { return path_; } ///< source, for messages
-  [[nodiscard]] trace_format format() const noexcept { return format_; }   ///< format being read
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }  ///< source, for messages
+  [[nodiscard]] trace_format format() const noexcept { return format_; }    ///< format being read
   /// Tokens per prefix block, or 0 when the trace carries no prefix identity.
   [[nodiscard]] std::uint32_t block_tokens() const noexcept { return block_tokens_; }
-  [[nodiscard]] std::uint64_t requests_read() const noexcept { return requests_read_; } ///< so far
+  [[nodiscard]] std::uint64_t requests_read() const noexcept { return requests_read_; }  ///< so far
 
-protected:
-  trace_reader(std::string path, trace_format format, field_names fields,
-               std::uint32_t block_tokens);
+ protected:
+  trace_reader(std::string path, trace_format format, field_names fields, std::uint32_t block_tokens);
 
   void set_block_tokens(std::uint32_t block_tokens) noexcept { block_tokens_ = block_tokens; }
 
-private:
+ private:
   /// Parses the next request (all fields, `line` included); false at end of input.
   virtual bool do_next(trace_request& request) = 0;
 
@@ -98,8 +97,7 @@ private:
 
 /// Opens a reader for `path`; `format` nullopt detects it from the content. Throws trace_error
 /// when the file cannot be opened or its header is bad.
-[[nodiscard]] std::unique_ptr<trace_reader> open_trace(const std::string& path,
-                                                       std::optional<trace_format> format,
+[[nodiscard]] std::unique_ptr<trace_reader> open_trace(const std::string& path, std::optional<trace_format> format,
                                                        const reader_options& options = {});
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -15,7 +15,7 @@ std::uint32_t nearest_rank(std::span<std::uint32_t> values, double percentile) {
   return values[index];
 }
 
-} // namespace
+}  // namespace
 
 length_percentiles compute_percentiles(std::span<std::uint32_t> values) {
   length_percentiles result;
@@ -55,8 +55,7 @@ trace_stats compute_trace_stats(trace_reader& reader) {
     }
   }
   std::sort(sessions.begin(), sessions.end());
-  stats.sessions = static_cast<std::uint64_t>(
-      std::unique(sessions.begin(), sessions.end()) - sessions.begin());
+  stats.sessions = static_cast<std::uint64_t>(std::unique(sessions.begin(), sessions.end()) - sessions.begin());
   stats.input_lengths = compute_percentiles(input_lengths);
   stats.output_lengths = compute_percentiles(output_lengths);
   stats.duration_s = static_cast<double>(stats.last_arrival_us - stats.first_arrival_us) / 1e6;
@@ -67,10 +66,9 @@ trace_stats compute_trace_stats(trace_reader& reader) {
   stats.block_tokens = stats.requests_with_keys > 0 ? reader.block_tokens() : 0;
   stats.cached_blocks = cache.cached_blocks();
   if (stats.prompt_tokens > 0) {
-    stats.prefix_hit_rate =
-        static_cast<double>(stats.prefix_hit_tokens) / static_cast<double>(stats.prompt_tokens);
+    stats.prefix_hit_rate = static_cast<double>(stats.prefix_hit_tokens) / static_cast<double>(stats.prompt_tokens);
   }
   return stats;
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

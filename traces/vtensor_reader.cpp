@@ -14,11 +14,9 @@ constexpr std::uint32_t default_block_tokens = 512;
 constexpr std::uint64_t max_tokens = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint64_t format_version = 1;
 
-bool is_blank(std::string_view text) {
-  return text.find_first_not_of(" \t") == std::string_view::npos;
-}
+bool is_blank(std::string_view text) { return text.find_first_not_of(" \t") == std::string_view::npos; }
 
-} // namespace
+}  // namespace
 
 vtensor_reader::vtensor_reader(std::string path, const reader_options& options)
     : trace_reader(path, trace_format::vtensor, {"arrival_us", "input_tokens", "block_keys"},
@@ -41,20 +39,19 @@ vtensor_reader::vtensor_reader(std::string path, const reader_options& options)
     throw trace_error(where.path, where.line, "format",
                       fmt::format("expected \"vtensor-trace\", got {}", format.dump()));
   }
-  const std::uint64_t version = detail::to_unsigned(detail::require_member(object, "version", where),
-                                                    "version", where, max_tokens);
+  const std::uint64_t version =
+      detail::to_unsigned(detail::require_member(object, "version", where), "version", where, max_tokens);
   if (version != format_version) {
-    throw trace_error(where.path, where.line, "version",
-                      fmt::format("version {} is not supported (this build reads version {})",
-                                  version, format_version));
+    throw trace_error(
+        where.path, where.line, "version",
+        fmt::format("version {} is not supported (this build reads version {})", version, format_version));
   }
   if (const auto found = object.find("block_tokens"); found != object.end()) {
     const auto stated = detail::to_unsigned(*found, "block_tokens", where, max_tokens);
     if (stated == 0) throw trace_error(where.path, where.line, "block_tokens", "must be at least 1");
     if (options.block_tokens && *options.block_tokens != stated) {
       throw trace_error(where.path, where.line, "block_tokens",
-                        fmt::format("the header says {} but {} was asked for", stated,
-                                    *options.block_tokens));
+                        fmt::format("the header says {} but {} was asked for", stated, *options.block_tokens));
     }
     set_block_tokens(static_cast<std::uint32_t>(stated));
   }
@@ -113,4 +110,4 @@ void vtensor_reader::parse_request(std::string_view text, trace_request& request
   ++index_;
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

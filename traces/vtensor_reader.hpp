@@ -15,21 +15,21 @@ namespace vtensor::traces {
 /// silently); unknown header members are metadata and ignored. Throws trace_error (from the
 /// constructor for a missing file or a bad header).
 class vtensor_reader final : public trace_reader {
-public:
+ public:
   explicit vtensor_reader(std::string path, const reader_options& options = {});
 
   /// The header line as written (empty when the file has none): generator parameters, seed.
   [[nodiscard]] const std::string& header() const noexcept { return header_; }
 
-private:
+ private:
   bool do_next(trace_request& request) override;
   void parse_request(std::string_view text, trace_request& request);
 
   line_reader lines_;
   std::string header_;
-  std::optional<std::string> pending_; // first request line, read while looking for the header
+  std::optional<std::string> pending_;  // first request line, read while looking for the header
   std::uint64_t pending_line_ = 0;
   std::uint64_t index_ = 0;
 };
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -10,10 +10,9 @@ namespace {
 
 constexpr std::size_t flush_bytes = std::size_t{1} << 20;
 
-} // namespace
+}  // namespace
 
-vtensor_writer::vtensor_writer(std::string path, std::uint32_t block_tokens,
-                               const nlohmann::json& metadata)
+vtensor_writer::vtensor_writer(std::string path, std::uint32_t block_tokens, const nlohmann::json& metadata)
     : file_(std::move(path)), block_tokens_(block_tokens) {
   if (block_tokens == 0) throw std::invalid_argument("vtensor_writer: block_tokens must be at least 1");
   nlohmann::ordered_json header;
@@ -28,18 +27,15 @@ vtensor_writer::vtensor_writer(std::string path, std::uint32_t block_tokens,
 void vtensor_writer::write(const trace_request& request) {
   if (!request.block_keys.empty() &&
       request.block_keys.size() != blocks_for_tokens(request.input_tokens, block_tokens_)) {
-    throw std::invalid_argument(fmt::format(
-        "vtensor_writer: {} block keys do not fit {} prompt tokens", request.block_keys.size(),
-        request.input_tokens));
+    throw std::invalid_argument(fmt::format("vtensor_writer: {} block keys do not fit {} prompt tokens",
+                                            request.block_keys.size(), request.input_tokens));
   }
   if (requests_written_ > 0 && request.arrival_us < last_arrival_us_) {
     throw std::invalid_argument("vtensor_writer: arrivals must not go backwards");
   }
   auto out = std::back_inserter(buffer_);
-  fmt::format_to(out,
-                 R"({{"arrival_us":{},"session":{},"turn":{},"input_tokens":{},"output_tokens":{},"block_keys":[)",
-                 request.arrival_us, request.session, request.turn, request.input_tokens,
-                 request.output_tokens);
+  fmt::format_to(out, R"({{"arrival_us":{},"session":{},"turn":{},"input_tokens":{},"output_tokens":{},"block_keys":[)",
+                 request.arrival_us, request.session, request.turn, request.input_tokens, request.output_tokens);
   bool first = true;
   for (const std::uint64_t key : request.block_keys) {
     if (!first) buffer_ += ',';
@@ -62,4 +58,4 @@ void vtensor_writer::commit() {
   file_.commit();
 }
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

@@ -15,7 +15,7 @@ namespace vtensor::traces {
 /// until commit(). Throws std::system_error on I/O failure, std::invalid_argument when a
 /// request's keys do not fit its prompt at this block size.
 class vtensor_writer {
-public:
+ public:
   /// `metadata` members (e.g. "generator") are added to the header line.
   vtensor_writer(std::string path, std::uint32_t block_tokens,
                  const nlohmann::json& metadata = nlohmann::json::object());
@@ -28,7 +28,7 @@ public:
 
   [[nodiscard]] std::uint64_t requests_written() const noexcept { return requests_written_; }
 
-private:
+ private:
   void flush_buffer();
 
   atomic_output_file file_;
@@ -38,4 +38,4 @@ private:
   std::uint64_t last_arrival_us_ = 0;
 };
 
-} // namespace vtensor::traces
+}  // namespace vtensor::traces

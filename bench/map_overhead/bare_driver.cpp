@@ -15,9 +15,19 @@ namespace {
 #define VTENSOR_BARE_STR2(x) #x
 #define VTENSOR_BARE_STR(x) VTENSOR_BARE_STR2(x)
 // Resolved through cuda.h's macros, so versioned symbols are the ones looked up.
-#define VTENSOR_BARE_CALLS(X)                                                                           \
-  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) \
-  X(cuCtxSynchronize) X(cuGetErrorName) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
+// clang-format off
+#define VTENSOR_BARE_CALLS(X) \
+  X(cuInit) \
+  X(cuDeviceGet) \
+  X(cuDevicePrimaryCtxRetain) \
+  X(cuDevicePrimaryCtxRelease) \
+  X(cuCtxSetCurrent) \
+  X(cuCtxSynchronize) \
+  X(cuGetErrorName) \
+  X(cuMemMap) \
+  X(cuMemUnmap) \
+  X(cuMemSetAccess)
+// clang-format on
 
 struct table {
 #define VTENSOR_BARE_DECLARE(fn) decltype(&fn) fn##_ = nullptr;
@@ -42,15 +52,16 @@ struct bare_driver::state {
     throw vmm_error(call, va, fmt::format("{} failed: {}", fn, error));
   }
   void require(CUresult r, const char* what) const {
-    if (r != CUDA_SUCCESS) throw std::runtime_error(fmt::format("bare driver: {} failed ({})", what, static_cast<int>(r)));
+    if (r != CUDA_SUCCESS)
+      throw std::runtime_error(fmt::format("bare driver: {} failed ({})", what, static_cast<int>(r)));
   }
 };
 
 bare_driver::bare_driver(int device) : s_(std::make_unique<state>()) {
   void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) throw std::runtime_error(fmt::format("bare driver: no CUDA driver ({})", ::dlerror()));
-#define VTENSOR_BARE_RESOLVE(fn)                                                                 \
-  s_->api.fn##_ = reinterpret_cast<decltype(&fn)>(::dlsym(library, VTENSOR_BARE_STR(fn)));       \
+#define VTENSOR_BARE_RESOLVE(fn)                                                           \
+  s_->api.fn##_ = reinterpret_cast<decltype(&fn)>(::dlsym(library, VTENSOR_BARE_STR(fn))); \
   if (s_->api.fn##_ == nullptr) throw std::runtime_error("bare driver: the driver lacks " VTENSOR_BARE_STR(fn));
   VTENSOR_BARE_CALLS(VTENSOR_BARE_RESOLVE)
 #undef VTENSOR_BARE_RESOLVE

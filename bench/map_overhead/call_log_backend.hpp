@@ -34,7 +34,8 @@ class call_log_backend final : public vmm_backend {
  private:
   using clock = std::chrono::steady_clock;
   static std::uint64_t ns_of(clock::time_point t) {
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
   }
   /// Runs `fn` (a call on inner_) and charges this backend what the inner one charged for it.
   template <typename F>
@@ -44,7 +45,8 @@ class call_log_backend final : public vmm_backend {
       call_log_backend& self;
       const vmm_counters& before;
       ~guard() {
-        for (const vmm_call k : k_vmm_calls) self.charge(k, self.inner_.counters().time_ns_of(k) - before.time_ns_of(k));
+        for (const vmm_call k : k_vmm_calls)
+          self.charge(k, self.inner_.counters().time_ns_of(k) - before.time_ns_of(k));
       }
     } g{*this, before};
     return std::forward<F>(fn)();
@@ -59,7 +61,8 @@ class call_log_backend final : public vmm_backend {
     const auto t1 = clock::now();
     const auto charged = [&](vmm_call k) { return inner_.counters().time_ns_of(k) - before.time_ns_of(k); };
     if (map) log_->push_back({vmm_call::map, va, k_chunk_bytes, h, ns_of(t0), ns_of(t1), charged(vmm_call::map)});
-    if (access) log_->push_back({vmm_call::set_access, va, bytes, {}, ns_of(t0), ns_of(t1), charged(vmm_call::set_access)});
+    if (access)
+      log_->push_back({vmm_call::set_access, va, bytes, {}, ns_of(t0), ns_of(t1), charged(vmm_call::set_access)});
   }
 
   [[nodiscard]] std::string do_name() const override { return "call_log(" + inner_.name() + ")"; }
@@ -69,11 +72,15 @@ class call_log_backend final : public vmm_backend {
   [[nodiscard]] device_addr do_reserve(std::uint64_t bytes) override {
     return forwarded([&] { return inner_.reserve(bytes); });
   }
-  void do_free_range(device_addr base) override { forwarded([&] { inner_.free_range(base); }); }
+  void do_free_range(device_addr base) override {
+    forwarded([&] { inner_.free_range(base); });
+  }
   [[nodiscard]] std::optional<chunk_handle> do_create_chunk() override {
     return forwarded([&] { return inner_.create_chunk(); });
   }
-  void do_release_chunk(chunk_handle h) override { forwarded([&] { inner_.release_chunk(h); }); }
+  void do_release_chunk(chunk_handle h) override {
+    forwarded([&] { inner_.release_chunk(h); });
+  }
   void do_map(device_addr va, chunk_handle h) override {
     logged(va, h, true, false, 0, [&] { inner_.map(va, h); });
   }
@@ -83,7 +90,9 @@ class call_log_backend final : public vmm_backend {
   void do_map_with_access(device_addr va, chunk_handle h) override {
     logged(va, h, true, true, k_chunk_bytes, [&] { inner_.map_with_access(va, h); });
   }
-  void do_unmap(device_addr va, std::uint64_t bytes) override { forwarded([&] { inner_.unmap(va, bytes); }); }
+  void do_unmap(device_addr va, std::uint64_t bytes) override {
+    forwarded([&] { inner_.unmap(va, bytes); });
+  }
 
   vmm_backend& inner_;
   std::vector<call_record>* log_ = nullptr;

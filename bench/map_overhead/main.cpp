@@ -7,8 +7,8 @@
 #include <iostream>
 #include <string>
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 
 #include "bench/map_overhead/map_overhead.hpp"
 #include "core/kv_geometry.hpp"
@@ -38,13 +38,13 @@ vtensor::bench::map_overhead_config parse(const po::variables_map& v) {
 
 int main(int argc, char** argv) {
   po::options_description options("vtensor_map_overhead options");
-  options.add_options()("help,h", "print this help")
-      ("device", po::value<int>()->default_value(0), "GPU index")
-      ("layout", po::value<std::string>()->default_value("kv-split"), ("KV layout of Llama-3-8B: " + vtensor::k_kv_layout_names.list()).c_str())
-      ("chunks", po::value<std::uint64_t>()->default_value(1024), "chunks of a timed block, 256 to 65536")
-      ("rounds", po::value<int>()->default_value(16), "ABBA quartets per variant")
-      ("patterns", po::bool_switch(), "also time bare map + set-access by address pattern (strides, runs, neighbours)")
-      ("json", po::value<std::string>(), "write {\"map_overhead\": ...} to FILE");
+  options.add_options()("help,h", "print this help")("device", po::value<int>()->default_value(0), "GPU index")(
+      "layout", po::value<std::string>()->default_value("kv-split"),
+      ("KV layout of Llama-3-8B: " + vtensor::k_kv_layout_names.list()).c_str())(
+      "chunks", po::value<std::uint64_t>()->default_value(1024), "chunks of a timed block, 256 to 65536")(
+      "rounds", po::value<int>()->default_value(16), "ABBA quartets per variant")(
+      "patterns", po::bool_switch(), "also time bare map + set-access by address pattern (strides, runs, neighbours)")(
+      "json", po::value<std::string>(), "write {\"map_overhead\": ...} to FILE");
   vtensor::bench::map_overhead_config config;
   po::variables_map v;
   try {

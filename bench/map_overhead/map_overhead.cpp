@@ -336,8 +336,8 @@ void add_pattern_variants(rig& r, std::vector<variant>& variants) {
     variants.push_back({fmt::format("pattern_{}", label), fmt::format("pattern: single chunks {} apart, bare", label),
                         bare_pattern(r, r.wide, stride, 1, 0)});
   }
-  variants.push_back({"pattern_4x16MiB", "pattern: runs of 4 chunks, 16 MiB apart, bare",
-                      bare_pattern(r, r.wide, 16 * k_mib, 4, 0)});
+  variants.push_back(
+      {"pattern_4x16MiB", "pattern: runs of 4 chunks, 16 MiB apart, bare", bare_pattern(r, r.wide, 16 * k_mib, 4, 0)});
   variants.push_back({"pattern_4x256MiB", "pattern: runs of 4 chunks, 256 MiB apart, bare",
                       bare_pattern(r, r.wide, 256 * k_mib, 4, 0)});
   // Singles 16 MiB apart, each right above a chunk that stays mapped.
@@ -416,9 +416,10 @@ void tear_down(rig& r) {
 // The table of variants, printed and as JSON.
 nlohmann::ordered_json report_variants(const std::vector<variant>& variants, double raw, std::ostream& out) {
   out << fmt::format("  {:<16} {:>8}  {:<13} {:>6}  {:>6}\n", "variant", "us/chunk", "against", "x ref", "median");
-  out << fmt::format("  {:<16} {:8.2f}  {:<13} {:6.3f}  {:6.3f}  raw: map + set-access a chunk, contiguous, bare driver "
-                     "calls\n",
-                     "raw_bare", raw / 1e3, "-", 1.0, 1.0);
+  out << fmt::format(
+      "  {:<16} {:8.2f}  {:<13} {:6.3f}  {:6.3f}  raw: map + set-access a chunk, contiguous, bare driver "
+      "calls\n",
+      "raw_bare", raw / 1e3, "-", 1.0, 1.0);
   nlohmann::ordered_json vj = nlohmann::ordered_json::object();
   for (const variant& v : variants) {
     const double per_chunk = v.ns / v.chunks;
@@ -443,13 +444,13 @@ nlohmann::ordered_json report_decomposition(const decomposition& dec, std::ostre
   d["host_between_calls_us_per_chunk"] = median(dec.between) / 1e3;
   d["host_after_last_call_us_per_chunk"] = median(dec.after) / 1e3;
   d["host_on_sim_us_per_chunk"] = median(dec.host_on_sim) / 1e3;
-  out << fmt::format("  a logged manager create: {:.2f} us a chunk = driver {:.2f} + host before the first call {:.2f} + "
-                     "between calls {:.2f} + after the last {:.2f}; the manager's host work on the simulated device: "
-                     "{:.2f}\n",
-                     d["total_us_per_chunk"].get<double>(), d["driver_us_per_chunk"].get<double>(),
-                     d["host_before_first_call_us_per_chunk"].get<double>(),
-                     d["host_between_calls_us_per_chunk"].get<double>(),
-                     d["host_after_last_call_us_per_chunk"].get<double>(), d["host_on_sim_us_per_chunk"].get<double>());
+  out << fmt::format(
+      "  a logged manager create: {:.2f} us a chunk = driver {:.2f} + host before the first call {:.2f} + "
+      "between calls {:.2f} + after the last {:.2f}; the manager's host work on the simulated device: "
+      "{:.2f}\n",
+      d["total_us_per_chunk"].get<double>(), d["driver_us_per_chunk"].get<double>(),
+      d["host_before_first_call_us_per_chunk"].get<double>(), d["host_between_calls_us_per_chunk"].get<double>(),
+      d["host_after_last_call_us_per_chunk"].get<double>(), d["host_on_sim_us_per_chunk"].get<double>());
   return d;
 }
 
@@ -469,11 +470,12 @@ void report_target(nlohmann::ordered_json& j, std::uint64_t creates, std::uint64
   j["ratio_extend_vs_same_calls"] = extend_same;
   j["met_vs_contiguous"] = create <= 1.05 && extend <= 1.05;
   j["met_vs_same_calls"] = create_same <= 1.05 && extend_same <= 1.05;
-  out << fmt::format("  target <= 1.05 x raw: against raw at contiguous addresses create {:.3f}, extend {:.3f}: {}; "
-                     "against the same calls raw create {:.3f}, extend {:.3f}: {}; cuMemCreate in timed rounds: {}, "
-                     "reserve: {}\n",
-                     create, extend, j["met_vs_contiguous"].get<bool>() ? "met" : "NOT met", create_same, extend_same,
-                     j["met_vs_same_calls"].get<bool>() ? "met" : "NOT met", creates, reserves);
+  out << fmt::format(
+      "  target <= 1.05 x raw: against raw at contiguous addresses create {:.3f}, extend {:.3f}: {}; "
+      "against the same calls raw create {:.3f}, extend {:.3f}: {}; cuMemCreate in timed rounds: {}, "
+      "reserve: {}\n",
+      create, extend, j["met_vs_contiguous"].get<bool>() ? "met" : "NOT met", create_same, extend_same,
+      j["met_vs_same_calls"].get<bool>() ? "met" : "NOT met", creates, reserves);
 }
 
 }  // namespace
@@ -508,10 +510,10 @@ nlohmann::ordered_json measure_map_overhead(const map_overhead_config& config, s
   j["block_chunks"] = r.p.block_chunks;
   j["rounds"] = config.rounds;
   j["raw_us_per_chunk"] = raw_ns / 1e3;
-  out << fmt::format("map overhead, {} layout ({} tensors): requests of {} tokens ({} chunks), extends of {} tokens; "
-                     "blocks of {} chunks, each variant against raw in {} ABBA quartets\n",
-                     to_string(config.layout), r.p.tensors, k_tokens, r.p.per_request, k_step, r.p.block_chunks,
-                     config.rounds);
+  out << fmt::format(
+      "map overhead, {} layout ({} tensors): requests of {} tokens ({} chunks), extends of {} tokens; "
+      "blocks of {} chunks, each variant against raw in {} ABBA quartets\n",
+      to_string(config.layout), r.p.tensors, k_tokens, r.p.per_request, k_step, r.p.block_chunks, config.rounds);
   j["variants"] = report_variants(variants, raw_ns, out);
   j["manager_create_decomposition"] = report_decomposition(dec, out);
   report_target(j, creates, reserves, out);

@@ -15,7 +15,6 @@
 
 namespace vtensor::backend_testing {
 
-
 /// A fresh directory under the system temp dir, removed with its content on destruction.
 class temp_dir {
  public:

@@ -79,7 +79,7 @@ TEST_CASE("async lookahead: pages mapped by the worker, needed pages in place wh
   m.settle();  // the worker's figures are final
   m.check_invariants();
   const auto s = m.stats();
-  CHECK(s.async_mapped_chunks >= 5040 / 16 - 4);   // all but the first pages came from the worker
+  CHECK(s.async_mapped_chunks >= 5040 / 16 - 4);  // all but the first pages came from the worker
   CHECK(s.async_vmm_ns > 0);
   CHECK(s.async_vmm_ns < s.vmm.total_time_ns());
   CHECK(m.view(request_id{1})->mapped_tokens >= 5040 + 3 * 16);

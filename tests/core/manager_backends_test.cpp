@@ -7,9 +7,9 @@
 #include <string>
 
 #include "backends/registry.hpp"
-#include "tests/support/backend_choice.hpp"
 #include "core/manager.hpp"
 #include "tests/core/manager_test_support.hpp"
+#include "tests/support/backend_choice.hpp"
 
 using namespace vtensor;
 using namespace vtensor::core_testing;

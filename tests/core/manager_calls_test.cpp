@@ -14,7 +14,6 @@ using namespace vtensor;
 using vtensor::testing::recording_backend;
 using calls = std::vector<std::string>;
 
-
 namespace {
 
 // One layer, one 128-dim KV head, bf16, K/V split: 2 tensors of 256 bytes a token, 8192 tokens a
@@ -33,14 +32,14 @@ TEST_CASE("vmm calls: create, extend, finish, reuse from the pools, trim") {
   manager m(rec, tiny_config());
 
   REQUIRE(m.create(request_id{1}, {}, 100).ok());
-  CHECK(rec.take() == calls{"create -> c1", "create -> c2", "reserve 8MiB -> r0", "map r0+0 c1",
-                            "set_access r0+0 2MiB", "map r0+4MiB c2", "set_access r0+4MiB 2MiB"});
+  CHECK(rec.take() == calls{"create -> c1", "create -> c2", "reserve 8MiB -> r0", "map r0+0 c1", "set_access r0+0 2MiB",
+                            "map r0+4MiB c2", "set_access r0+4MiB 2MiB"});
 
   REQUIRE(m.extend(request_id{1}, 8000).ok());  // still inside page 0
   CHECK(rec.take().empty());
-  REQUIRE(m.extend(request_id{1}, 92).ok());    // exactly fills page 0
+  REQUIRE(m.extend(request_id{1}, 92).ok());  // exactly fills page 0
   CHECK(rec.take().empty());
-  REQUIRE(m.extend(request_id{1}, 1).ok());     // first token of page 1
+  REQUIRE(m.extend(request_id{1}, 1).ok());  // first token of page 1
   CHECK(rec.take() == calls{"create -> c3", "create -> c4", "map r0+2MiB c3", "set_access r0+2MiB 2MiB",
                             "map r0+6MiB c4", "set_access r0+6MiB 2MiB"});
 
@@ -75,8 +74,7 @@ TEST_CASE("vmm calls: a cached prefix is mapped again, never created") {
   // Page 0 of both tensors: request 1's chunks c1, c2, mapped shared; page 1 from the free pool.
   // A set-access follows each map (Note [One set-access per chunk]).
   CHECK(rec.take() == calls{"map r0+0 c1", "set_access r0+0 2MiB", "map r0+2MiB c4", "set_access r0+2MiB 2MiB",
-                            "map r0+4MiB c2", "set_access r0+4MiB 2MiB", "map r0+6MiB c3",
-                            "set_access r0+6MiB 2MiB"});
+                            "map r0+4MiB c2", "set_access r0+4MiB 2MiB", "map r0+6MiB c3", "set_access r0+6MiB 2MiB"});
   m.check_invariants();
 }
 
@@ -86,8 +84,7 @@ TEST_CASE("vmm calls: lookahead maps ahead at create and when a page boundary is
   REQUIRE(m.create(request_id{1}, {}, 10).ok());
   CHECK(rec.take() == calls{"create -> c1", "create -> c2", "create -> c3", "create -> c4", "reserve 8MiB -> r0",
                             "map r0+0 c1", "set_access r0+0 2MiB", "map r0+2MiB c3", "set_access r0+2MiB 2MiB",
-                            "map r0+4MiB c2", "set_access r0+4MiB 2MiB", "map r0+6MiB c4",
-                            "set_access r0+6MiB 2MiB"});
+                            "map r0+4MiB c2", "set_access r0+4MiB 2MiB", "map r0+6MiB c4", "set_access r0+6MiB 2MiB"});
   REQUIRE(m.extend(request_id{1}, 9000).ok());  // into page 1, already mapped
   CHECK(rec.take().empty());
   CHECK(m.view(request_id{1})->mapped_tokens == 16384);
@@ -103,7 +100,7 @@ TEST_CASE("vmm calls: lookahead in runs tops a request up only once a whole batc
   recording_backend rec;
   manager m(rec, config);
   REQUIRE(m.create(request_id{1}, {}, 1).ok());
-  CHECK(maps(rec.take()) == 2 * 5);  // page 0 and 4 ahead
+  CHECK(maps(rec.take()) == 2 * 5);        // page 0 and 4 ahead
   for (int page = 1; page <= 3; ++page) {  // into pages 1-3: 1, 2, 3 pages missing ahead
     REQUIRE(m.extend(request_id{1}, 8192).ok());
     CHECK(maps(rec.take()) == 0);
@@ -111,9 +108,10 @@ TEST_CASE("vmm calls: lookahead in runs tops a request up only once a whole batc
   REQUIRE(m.extend(request_id{1}, 8192).ok());  // into page 4: 4 missing, one run each
   const auto topped = rec.take();
   CHECK(maps(topped) == 2 * 4);
-  const auto first_map = std::find_if(topped.begin(), topped.end(), [](const std::string& c) { return c.rfind("map ", 0) == 0; });
+  const auto first_map =
+      std::find_if(topped.begin(), topped.end(), [](const std::string& c) { return c.rfind("map ", 0) == 0; });
   REQUIRE(first_map != topped.end());
-  CHECK(*first_map == "map r0+10MiB c11");  // tensor 0, pages 5-8 in one run: 10, 12, 14, 16 MiB
+  CHECK(*first_map == "map r0+10MiB c11");                 // tensor 0, pages 5-8 in one run: 10, 12, 14, 16 MiB
   CHECK((first_map + 2)->rfind("map r0+12MiB ", 0) == 0);  // after its set-access: the next page of tensor 0
   CHECK(m.view(request_id{1})->mapped_tokens == 9 * 8192);
   m.check_invariants();

@@ -66,8 +66,8 @@ TEST_CASE("scenario: three-turn conversation reuses turn 1's whole chunks withou
   m.check_invariants();
 
   // Turn 3 reuses turn 2's five whole blocks (including the new block 200).
-  auto turn3 = run_of_blocks(0, 4) + run_of_blocks(200, 1) + run_of_blocks(300, 1) +
-               std::vector<token_block>{{301, 40}};
+  auto turn3 =
+      run_of_blocks(0, 4) + run_of_blocks(200, 1) + run_of_blocks(300, 1) + std::vector<token_block>{{301, 40}};
   const auto before3 = m.stats();
   auto r3 = m.create(request_id{3}, turn3, 3112);
   REQUIRE(r3.ok());
@@ -115,7 +115,7 @@ TEST_CASE("scenario: one cached prefix forked into 8 concurrent requests") {
 
 TEST_CASE("scenario: a live request forked into 8 children shares whole pages, copies the partial one") {
   sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
-  manager m(sim, llama_config(kv_layout::token_major));  // 16 tokens a page, 1 tensor
+  manager m(sim, llama_config(kv_layout::token_major));                // 16 tokens a page, 1 tensor
   REQUIRE(m.create(request_id{1}, run_of_blocks(1, 2, 16), 40).ok());  // 2.5 pages
   for (std::uint64_t c = 0; c < 8; ++c) {
     auto r = m.fork(request_id{1}, request_id{10 + c});

@@ -31,8 +31,8 @@ TEST_CASE("vset: ranges ordered by address, page lookup and node reuse") {
   CHECK(vs.size() == 2);
   CHECK(vs.find(0x10000000) == low.maps[0]);
   CHECK(vs.find(0x10400000) == low.maps[1]);
-  CHECK(vs.find(0x10400001) == nullptr);                       // not chunk-aligned
-  CHECK(vs.find(0x10200000) == nullptr);                       // page 1 of tensor 0: unmapped
+  CHECK(vs.find(0x10400001) == nullptr);  // not chunk-aligned
+  CHECK(vs.find(0x10200000) == nullptr);  // page 1 of tensor 0: unmapped
   CHECK(vs.find_containing(0x105fffff, k_chunk_bytes) == low.maps[1]);
   CHECK(vs.find_containing(0x10800000, k_chunk_bytes) == nullptr);  // past the range
   CHECK(vs.find_containing(0x0fffffff, k_chunk_bytes) == nullptr);

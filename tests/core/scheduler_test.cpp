@@ -124,7 +124,7 @@ TEST_CASE("scheduler: a prefix hit shares whole pages and copies the partial one
     cfg.max_context_tokens = 8192;
     cfg.partial = policy;
     scheduler s = make_scheduler(sim, kv_layout::kv_fused, cfg);  // 32 tensors, 512 tokens a page
-    const auto blocks = run_of_blocks(1, 2, 500);                // 1000 tokens named
+    const auto blocks = run_of_blocks(1, 2, 500);                 // 1000 tokens named
     REQUIRE(s.create(request_id{1}, blocks, 1000, 0).ok());
     s.finish(request_id{1});  // both pages cached: page 0 whole, page 1 valid up to token 1000
     const create_result hit = s.create(request_id{2}, blocks, 1000, 0);

@@ -52,9 +52,9 @@ TEST_CASE("repository: no source file names the briefing folder beside the clone
 
 TEST_CASE("repository: the traces the tests and the README use are shipped with their licence note") {
   const fs::path data = fs::path(VTENSOR_SOURCE_DIR) / "traces" / "data";
-  for (const char* name : {"mooncake_conversation_trace.jsonl", "mooncake_conversation_excerpt.jsonl",
-                           "mooncake_synthetic_trace.jsonl", "AzureLLMInferenceTrace_conv.csv",
-                           "AzureLLMInferenceTrace_code.csv", "LICENSE-NOTE.md"}) {
+  for (const char* name :
+       {"mooncake_conversation_trace.jsonl", "mooncake_conversation_excerpt.jsonl", "mooncake_synthetic_trace.jsonl",
+        "AzureLLMInferenceTrace_conv.csv", "AzureLLMInferenceTrace_code.csv", "LICENSE-NOTE.md"}) {
     CAPTURE(name);
     REQUIRE(fs::is_regular_file(data / name));
     CHECK(fs::file_size(data / name) > 0);

@@ -29,9 +29,9 @@ void check_identical(const std::string& layout, const std::string& lookahead) {
       fs::path(VTENSOR_SOURCE_DIR) / "tests/data/golden" / ("replay-" + layout + "-lookahead" + lookahead + ".json");
   const fs::path out = vtensor::sim_testing::temp_file("identity-" + layout + "-" + lookahead + ".json");
   // The trace is named relative to the source tree, as in the goldens' "config".
-  const auto r = vtensor::testing::run_cli({"replay", "--trace", "traces/data/mooncake_conversation_excerpt.jsonl",
-                                            "--layout", layout, "--lookahead", lookahead, "--no-wall", "--json",
-                                            out.string()});
+  const auto r =
+      vtensor::testing::run_cli({"replay", "--trace", "traces/data/mooncake_conversation_excerpt.jsonl", "--layout",
+                                 layout, "--lookahead", lookahead, "--no-wall", "--json", out.string()});
   REQUIRE_MESSAGE(r.code == 0, r.err);
   const std::string expected = slurp(golden);
   const std::string got = slurp(out);

@@ -2,10 +2,10 @@
 // seed, the Mooncake conversation trace against its infinite-cache bound, the Azure trace
 // (no prefix identity) at 0, and `vtensor replay` options, errors and outputs.
 
-#include "tests/support/bundled_data.hpp"
-#include "tests/support/cli_run.hpp"
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+#include "tests/support/bundled_data.hpp"
+#include "tests/support/cli_run.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -80,9 +80,9 @@ TEST_CASE("replay: the same input and seed give byte-identical JSON, time series
     const fs::path json = temp_file(std::string("same_") + tag + ".json");
     const fs::path csv = temp_file(std::string("same_") + tag + ".csv");
     const fs::path chrome = temp_file(std::string("same_") + tag + ".trace.json");
-    const auto r = run({"replay", golden_trace(), "--memory", "8GiB", "--seed", "7", "--no-wall", "--json",
-                        json.string(), "--timeseries", csv.string(), "--chrome-trace", chrome.string(),
-                        "--sample-ms", "500"});
+    const auto r =
+        run({"replay", golden_trace(), "--memory", "8GiB", "--seed", "7", "--no-wall", "--json", json.string(),
+             "--timeseries", csv.string(), "--chrome-trace", chrome.string(), "--sample-ms", "500"});
     REQUIRE_MESSAGE(r.code == 0, r.err);
     texts.push_back(slurp(json) + slurp(csv) + slurp(chrome));
     if (std::string(tag) == "a") {
@@ -110,7 +110,8 @@ TEST_CASE("replay: the same input and seed give byte-identical JSON, time series
   // With wall_seconds the JSON has it; removing it gives the same bytes as --no-wall.
   const fs::path with_wall = temp_file("with_wall.json");
   REQUIRE(run({"replay", golden_trace(), "--memory", "8GiB", "--seed", "7", "--sample-ms", "500", "--json",
-               with_wall.string()}).code == 0);
+               with_wall.string()})
+              .code == 0);
   auto j = nlohmann::ordered_json::parse(slurp(with_wall));
   CHECK(j["wall_seconds"].get<double>() > 0);
   j.erase("wall_seconds");
@@ -164,11 +165,29 @@ TEST_CASE("replay: the default is the bundled excerpt with Llama-3-8B on an H200
   CHECK(j["config"]["policy_options"]["layout"] == "kv-fused");
   // Default memory: the H200's memory minus Llama-3-8B's weights.
   CHECK(j["config"]["memory"].get<std::uint64_t>() == 71'313ull * 2 * 1024 * 1024 - 16'060'000'000ull);
-  for (const char* key :
-       {"requests", "completed", "rejected", "preemptions", "prompt_tokens", "output_tokens", "prefix_hit_rate",
-        "peak_physical_bytes", "peak_mapped_bytes", "mean_internal_fragmentation", "peak_internal_fragmentation",
-        "mean_sharing_saving", "cow_bytes", "vmm_calls", "vmm_time_us", "ttft_ms", "tpot_ms", "e2e_ms",
-        "throughput_tokens_per_s", "simulated_seconds", "wall_seconds", "seed", "config"}) {
+  for (const char* key : {"requests",
+                          "completed",
+                          "rejected",
+                          "preemptions",
+                          "prompt_tokens",
+                          "output_tokens",
+                          "prefix_hit_rate",
+                          "peak_physical_bytes",
+                          "peak_mapped_bytes",
+                          "mean_internal_fragmentation",
+                          "peak_internal_fragmentation",
+                          "mean_sharing_saving",
+                          "cow_bytes",
+                          "vmm_calls",
+                          "vmm_time_us",
+                          "ttft_ms",
+                          "tpot_ms",
+                          "e2e_ms",
+                          "throughput_tokens_per_s",
+                          "simulated_seconds",
+                          "wall_seconds",
+                          "seed",
+                          "config"}) {
     CHECK_MESSAGE(j.contains(key), key);
   }
   CHECK(j["vmm_calls"].contains("map"));

@@ -55,7 +55,8 @@ TEST_CASE("kv_policy: the vtensor policy admits, grows, releases and reports thr
 }
 
 TEST_CASE("replica: one request's steps follow the roofline; TTFT, TPOT, end-to-end") {
-  const auto path = write_trace("one.jsonl", {R"({"timestamp": 0, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]})"});
+  const auto path =
+      write_trace("one.jsonl", {R"({"timestamp": 0, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]})"});
   auto cfg = llama_replay();
   recorder rec;
   auto s = replay_file(path, llama_policy(k_unlimited), cfg, {&rec});
@@ -81,9 +82,10 @@ TEST_CASE("replica: one request's steps follow the roofline; TTFT, TPOT, end-to-
 }
 
 TEST_CASE("replica: a second turn hits the first turn's prefix and computes only the rest") {
-  const auto path = write_trace(
-      "turns.jsonl", {R"({"timestamp": 0, "input_length": 1500, "output_length": 2, "hash_ids": [1, 2, 3]})",
-                      R"({"timestamp": 10000, "input_length": 2100, "output_length": 2, "hash_ids": [1, 2, 4, 5, 6]})"});
+  const auto path =
+      write_trace("turns.jsonl",
+                  {R"({"timestamp": 0, "input_length": 1500, "output_length": 2, "hash_ids": [1, 2, 3]})",
+                   R"({"timestamp": 10000, "input_length": 2100, "output_length": 2, "hash_ids": [1, 2, 4, 5, 6]})"});
   recorder rec;
   auto s = replay_file(path, llama_policy(k_unlimited), llama_replay(), {&rec});
   CHECK(s.counters.completed == 2);
@@ -96,8 +98,7 @@ TEST_CASE("replica: a second turn hits the first turn's prefix and computes only
 }
 
 TEST_CASE("replica: chunked prefill splits a long prompt by the token budget; unchunked runs it whole") {
-  const auto path =
-      write_trace("long.jsonl", {mooncake_line(0, 5000, 1, 1000)});
+  const auto path = write_trace("long.jsonl", {mooncake_line(0, 5000, 1, 1000)});
   auto cfg = llama_replay();
   cfg.replica.token_budget = 2048;
   recorder chunked;
@@ -152,18 +153,18 @@ TEST_CASE("replica: out of memory preempts the newest request by recompute; ever
 }
 
 TEST_CASE("replica: a request larger than the whole memory is rejected, the others run") {
-  const auto path =
-      write_trace("huge.jsonl", {mooncake_line(0, 9000, 2, 1000), mooncake_line(1, 500, 2, 2000)});
+  const auto path = write_trace("huge.jsonl", {mooncake_line(0, 9000, 2, 1000), mooncake_line(1, 500, 2, 2000)});
   auto s = replay_file(path, llama_policy(4ull * 32 * 2 * 1024 * 1024), llama_replay());
   CHECK(s.counters.rejected_memory == 1);
   CHECK(s.counters.completed == 1);
 }
 
 TEST_CASE("replica: requests beyond the context are rejected or truncated keeping the prefix") {
-  const auto path = write_trace(
-      "context.jsonl", {R"({"timestamp": 0, "input_length": 3000, "output_length": 100, "hash_ids": [1, 2, 3, 4, 5, 6]})",
-                        R"({"timestamp": 0, "input_length": 100, "output_length": 5000, "hash_ids": [7]})",
-                        R"({"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]})"});
+  const auto path =
+      write_trace("context.jsonl",
+                  {R"({"timestamp": 0, "input_length": 3000, "output_length": 100, "hash_ids": [1, 2, 3, 4, 5, 6]})",
+                   R"({"timestamp": 0, "input_length": 100, "output_length": 5000, "hash_ids": [7]})",
+                   R"({"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]})"});
   auto cfg = llama_replay();
   cfg.replica.max_context_tokens = 2048;
   auto policy = llama_policy(k_unlimited);

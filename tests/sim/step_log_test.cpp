@@ -42,7 +42,8 @@ TEST_CASE("step log: each kept step holds the batch and the policy's memory righ
   CHECK(e.vmm_critical == sim_ns{1500});
   const kv_stats now = p->stats();
   CHECK(e.memory == now.memory);
-  CHECK(e.memory.logical_bytes == 1100 * kv_geometry(*model_preset("llama-3-8b"), kv_layout::kv_fused).bytes_per_token());
+  CHECK(e.memory.logical_bytes ==
+        1100 * kv_geometry(*model_preset("llama-3-8b"), kv_layout::kv_fused).bytes_per_token());
   CHECK(e.chunks_created == now.chunks_created);
   CHECK(log.steps()[0].memory.logical_bytes < e.memory.logical_bytes);
   p->release(request_id{1}, release_reason::finished);
@@ -50,11 +51,11 @@ TEST_CASE("step log: each kept step holds the batch and the policy's memory righ
 
 TEST_CASE("step log: creation after warm-up counts the chunks created after the warm-up's steps") {
   auto p = make_kv_policy("vtensor", llama_policy(k_unlimited));
-  step_log log(*p, false);  // creation is tracked even when steps are not kept
+  step_log log(*p, false);                                        // creation is tracked even when steps are not kept
   REQUIRE(p->admit({request_id{1}, {}, 1000, 100000}).admitted);  // 2 pages of 32 chunks (kv-fused)
   log.on_step(step(0));
   for (std::uint64_t i = 1; i < 8; ++i) log.on_step(step(i));  // nothing new
-  REQUIRE(p->grow(request_id{1}, 500));  // 1500 tokens: page 3, 32 chunks more
+  REQUIRE(p->grow(request_id{1}, 500));                        // 1500 tokens: page 3, 32 chunks more
   log.on_step(step(8));
   log.on_step(step(9));
   CHECK(log.steps().empty());

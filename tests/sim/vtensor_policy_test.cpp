@@ -56,7 +56,8 @@ TEST_CASE("vtensor policy: asynchronous lookahead takes growth off the clock; a 
   CHECK(r.modelled_waits == 1);
   CHECK(r.modelled_wait_ns == page_job_ns());
   // ...then the top-up past page 2 creates its chunks on the step thread.
-  CHECK(p->critical_vmm_time().count() == after_admit + page_job_ns() + 32 * latency_model::h200().cost_ns(vmm_call::create));
+  CHECK(p->critical_vmm_time().count() ==
+        after_admit + page_job_ns() + 32 * latency_model::h200().cost_ns(vmm_call::create));
 
   // The same with time to spare: no wait; growth costs the step only the creation of the
   // lookahead pages' chunks (allocated by the step thread, mapped by the worker).
@@ -118,7 +119,8 @@ TEST_CASE("vtensor policy: with chunks created ahead, creation leaves the clock"
 
 TEST_CASE("vtensor policy: checking invariants after every step changes no decision of an asynchronous replay") {
   std::vector<std::string> lines;
-  for (std::uint64_t i = 0; i < 24; ++i) lines.push_back(mooncake_line(i * 40, 700 + 97 * (i % 5), 30 + i, 100 * (i % 3)));
+  for (std::uint64_t i = 0; i < 24; ++i)
+    lines.push_back(mooncake_line(i * 40, 700 + 97 * (i % 5), 30 + i, 100 * (i % 3)));
   const auto path = write_trace("async_checks.jsonl", lines);
   auto o = llama_policy(k_unlimited, false);  // built-in H200 costs: the worker model matters
   o.lookahead_pages = 2;

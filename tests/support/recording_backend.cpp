@@ -20,8 +20,7 @@ std::string format_bytes(std::uint64_t bytes) {
   return fmt::format("{}B", bytes);
 }
 
-recording_backend::recording_backend(std::uint64_t capacity_bytes)
-    : sim_(capacity_bytes, latency_model::zero()) {}
+recording_backend::recording_backend(std::uint64_t capacity_bytes) : sim_(capacity_bytes, latency_model::zero()) {}
 
 std::vector<std::string> recording_backend::take() {
   std::vector<std::string> out;
@@ -96,13 +95,11 @@ void recording_backend::do_map(device_addr va, chunk_handle h) {
 }
 
 void recording_backend::do_set_access(device_addr va, std::uint64_t bytes) {
-  logged(fmt::format("set_access {} {}", describe_addr(va), format_bytes(bytes)),
-         [&] { sim_.set_access(va, bytes); });
+  logged(fmt::format("set_access {} {}", describe_addr(va), format_bytes(bytes)), [&] { sim_.set_access(va, bytes); });
 }
 
 void recording_backend::do_unmap(device_addr va, std::uint64_t bytes) {
-  logged(fmt::format("unmap {} {}", describe_addr(va), format_bytes(bytes)),
-         [&] { sim_.unmap(va, bytes); });
+  logged(fmt::format("unmap {} {}", describe_addr(va), format_bytes(bytes)), [&] { sim_.unmap(va, bytes); });
 }
 
 }  // namespace vtensor::testing

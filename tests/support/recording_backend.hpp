@@ -58,7 +58,7 @@ class recording_backend final : public vmm_backend {
 
   sim_backend sim_;
   std::vector<std::string> log_;
-  std::map<device_addr, std::uint64_t> range_ids_;            ///< live range base -> k of r<k>
+  std::map<device_addr, std::uint64_t> range_ids_;  ///< live range base -> k of r<k>
   std::uint64_t next_range_id_ = 0;
   std::unordered_map<std::uint64_t, std::uint64_t> chunk_ids_;  ///< handle value -> k of c<k>
   std::uint64_t next_chunk_id_ = 1;

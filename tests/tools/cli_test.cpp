@@ -28,7 +28,7 @@ fs::path temp_file(const std::string& name) {
   return dir / name;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("vtensor --help lists the subcommands; unknown ones exit 2") {
   const auto help = run({"--help"});
@@ -77,8 +77,7 @@ TEST_CASE("inspect: --help, bad options and bad input") {
   CHECK(bad.code == 2);
   CHECK(bad.out.empty());
   CHECK(bad.err.find("vtensor inspect: ") == 0);
-  CHECK(bad.err.find("negative_length.jsonl:2: field 'output_length': negative value -5") !=
-        std::string::npos);
+  CHECK(bad.err.find("negative_length.jsonl:2: field 'output_length': negative value -5") != std::string::npos);
 
   const auto absent = run({"inspect", data("no_such_file.jsonl")});
   CHECK(absent.code == 2);
@@ -98,13 +97,13 @@ TEST_CASE("inspect --json to an unwritable place exits 1") {
 TEST_CASE("gen-trace writes a trace that inspect reads; same seed, same bytes") {
   const fs::path a = temp_file("gen_a.jsonl");
   const fs::path b = temp_file("gen_b.jsonl");
-  const auto first = run({"gen-trace", "--out", a.string(), "-n", "3000", "--seed", "42",
-                          "--fanout-prob", "0.1", "--arrival", "gamma", "--cv", "2"});
+  const auto first = run({"gen-trace", "--out", a.string(), "-n", "3000", "--seed", "42", "--fanout-prob", "0.1",
+                          "--arrival", "gamma", "--cv", "2"});
   CHECK(first.code == 0);
   CHECK(first.out.find("wrote 3000 requests") != std::string::npos);
   CHECK(first.out.find("seed 42") != std::string::npos);
-  CHECK(run({"gen-trace", "--out", b.string(), "-n", "3000", "--seed", "42", "--fanout-prob",
-             "0.1", "--arrival", "gamma", "--cv", "2"})
+  CHECK(run({"gen-trace", "--out", b.string(), "-n", "3000", "--seed", "42", "--fanout-prob", "0.1", "--arrival",
+             "gamma", "--cv", "2"})
             .code == 0);
   std::ifstream in_a(a, std::ios::binary);
   std::ifstream in_b(b, std::ios::binary);

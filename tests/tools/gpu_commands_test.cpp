@@ -1,10 +1,10 @@
 // `vtensor validate-gpu` and `vtensor calibrate` where tests run: option parsing, and the clean
 // failure without a GPU (CI has none). On a GPU they are run by hand (results/gpu/).
 
-#include "tools/cli.hpp"
 #include "tests/support/backend_choice.hpp"
 #include "tests/support/cli_run.hpp"
 #include "tools/calibration.hpp"
+#include "tools/cli.hpp"
 #include "tools/gpu_kernels.hpp"
 
 #include "backends/latency_model.hpp"
@@ -131,7 +131,8 @@ TEST_CASE("the validation pattern is pinned: the kernels and the host compute th
 
 TEST_CASE("calibrate's summary of its samples is what the sim's latency model loads back") {
   vtt::call_samples samples;
-  for (std::uint64_t i = 100; i >= 1; --i) samples[static_cast<std::size_t>(vtensor::vmm_call::map)].push_back(i * 1000);
+  for (std::uint64_t i = 100; i >= 1; --i)
+    samples[static_cast<std::size_t>(vtensor::vmm_call::map)].push_back(i * 1000);
   samples[static_cast<std::size_t>(vtensor::vmm_call::set_access)] = {30'000, 10'000, 20'000};
   std::ostringstream table;
   vtensor::latency_model model = vtt::calibration_model(samples, table);

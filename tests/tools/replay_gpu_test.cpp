@@ -107,7 +107,7 @@ TEST_CASE("replay: chunk creation after warm-up and the VMM split are reported")
   REQUIRE_MESSAGE(r.code == 0, r.err);
   const auto j = nlohmann::json::parse(slurp(json));
   const auto& c = j["chunk_creation"];
-  CHECK(c["creates_total"] == 2048);  // the 4 GiB cap is reached...
+  CHECK(c["creates_total"] == 2048);      // the 4 GiB cap is reached...
   CHECK(c["creates_after_warmup"] == 0);  // ...early: lazy deallocation and eviction recycle chunks after
   CHECK(c["warmup_steps"].get<std::uint64_t>() > 0);
   CHECK(j["vmm_model"]["worker_jobs"].get<int>() > 0);

@@ -1,5 +1,5 @@
-#include "traces/distribution.hpp"
 #include "traces/trace_generator.hpp"
+#include "traces/distribution.hpp"
 #include "traces/trace_stats.hpp"
 #include "traces/vtensor_reader.hpp"
 #include "traces/vtensor_writer.hpp"
@@ -37,7 +37,7 @@ void write_trace(vt::generator_params params, const fs::path& path) {
   writer.commit();
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("distribution specs parse, print and sample") {
   vt::random_engine engine(1);
@@ -100,7 +100,7 @@ TEST_CASE("generator: turns extend the previous context's full blocks; reader ac
     const auto previous = last_turn.find(request.session);
     if (previous == last_turn.end()) {
       CHECK(request.turn == 0);
-      CHECK(request.block_keys.size() >= 3); // the 200-token system prompt's 3 full blocks
+      CHECK(request.block_keys.size() >= 3);  // the 200-token system prompt's 3 full blocks
     } else {
       ++continued;
       const vt::trace_request& before = previous->second;
@@ -143,7 +143,7 @@ TEST_CASE("generator: fan-out siblings arrive together and share the prompt") {
 
 TEST_CASE("generator: bad parameters are refused") {
   vt::generator_params params;
-  params.sessions = 10; // and requests = 1000 by default
+  params.sessions = 10;  // and requests = 1000 by default
   CHECK_THROWS_AS(vt::trace_generator{params}, std::invalid_argument);
   params.sessions = 0;
   params.session_rate_per_s = 0;

@@ -1,7 +1,7 @@
+#include "traces/trace_reader.hpp"
 #include "traces/azure_reader.hpp"
 #include "traces/mooncake_reader.hpp"
 #include "traces/trace_error.hpp"
-#include "traces/trace_reader.hpp"
 #include "traces/vtensor_reader.hpp"
 
 #include <doctest/doctest.h>
@@ -35,8 +35,7 @@ vt::trace_error read_error(const std::string& name, std::optional<vt::trace_form
   return vt::trace_error("", 0, "", "");
 }
 
-void check_error(const std::string& name, std::uint64_t line, const std::string& field,
-                 const std::string& why) {
+void check_error(const std::string& name, std::uint64_t line, const std::string& field, const std::string& why) {
   CAPTURE(name);
   const vt::trace_error error = read_error(name);
   const std::string message = error.what();
@@ -48,7 +47,7 @@ void check_error(const std::string& name, std::uint64_t line, const std::string&
   CHECK(message.find(why) != std::string::npos);
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("mooncake reader yields requests in file order with 512-token blocks") {
   auto reader = vt::open_trace(data("mooncake_small.jsonl"), std::nullopt);
@@ -148,9 +147,7 @@ TEST_CASE("a missing file is a trace_error naming it") {
 
 TEST_CASE("bad JSON names file and line") { check_error("bad_json.jsonl", 2, "", "bad JSON"); }
 
-TEST_CASE("missing field names the field") {
-  check_error("missing_field.jsonl", 3, "output_length", "missing");
-}
+TEST_CASE("missing field names the field") { check_error("missing_field.jsonl", 3, "output_length", "missing"); }
 
 TEST_CASE("wrong type names the field") { check_error("wrong_type.jsonl", 1, "input_length", "wrong type"); }
 

@@ -1,7 +1,7 @@
+#include "traces/trace_stats.hpp"
 #include "tests/support/bundled_data.hpp"
 #include "traces/infinite_prefix_cache.hpp"
 #include "traces/trace_reader.hpp"
-#include "traces/trace_stats.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -24,7 +24,7 @@ std::string data(const std::string& name) { return VTENSOR_SOURCE_DIR "/tests/da
 
 std::string four_decimals(double value) { return fmt::format("{:.4f}", value); }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("infinite prefix cache: leading matches only, capped at input - 1") {
   vt::infinite_prefix_cache cache;
@@ -36,7 +36,7 @@ TEST_CASE("infinite prefix cache: leading matches only, capped at input - 1") {
   CHECK(cache.serve(request) == 9);
   request.block_keys = {1, 5, 3};
   CHECK(cache.serve(request) == 4);
-  request.block_keys = {7, 2, 3}; // equal keys under another prefix do not match
+  request.block_keys = {7, 2, 3};  // equal keys under another prefix do not match
   CHECK(cache.serve(request) == 0);
   CHECK(cache.cached_blocks() == 8);
   const std::vector<std::uint64_t> probe{1, 5, 9};
