@@ -76,7 +76,7 @@ TEST_SUITE("backends") {
     CHECK(to_string(call_result::out_of_memory) == "out_of_memory");
   }
 
-  TEST_CASE("counting_backend: a bounded trace drops and counts the overflow; a sink sees all") {
+  TEST_CASE("counting_backend: a bounded trace drops and counts the overflow - a sink sees all") {
     counting_backend b(h200_sim(8));
     b.enable_trace(2);
     std::vector<vmm_call> seen;

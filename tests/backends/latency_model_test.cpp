@@ -82,7 +82,7 @@ TEST_SUITE("backends") {
     CHECK_THROWS_AS(m.save(dir.path() / "missing-dir" / "out.json"), calibration_error);
   }
 
-  TEST_CASE("latency_model: a valid file loads; fractions round; optional fields default") {
+  TEST_CASE("latency_model: a valid file loads - fractions round - optional fields default") {
     const latency_model m = latency_model::parse(k_valid, "<string>");
     CHECK(m.device() == "test GPU");
     CHECK(m.cost_ns(vmm_call::map) == 6);

@@ -152,7 +152,7 @@ TEST_SUITE("backends") {
     b.check_invariants();
   }
 
-  TEST_CASE("sim_backend: capacity rounds down to whole chunks; unlimited never runs out") {
+  TEST_CASE("sim_backend: capacity rounds down to whole chunks - unlimited never runs out") {
     CHECK(sim_backend(5 * k_mib, latency_model::zero()).capacity_chunks() == 2);
     CHECK(sim_backend(5 * k_mib, latency_model::zero()).capacity_bytes() == 4 * k_mib);
     sim_backend none(k_mib, latency_model::zero());

@@ -58,7 +58,7 @@ TEST_CASE("operations: a chunk given back goes to the free pool and is taken fro
   CHECK(sim.live().chunks == 0);
 }
 
-TEST_CASE("operations: alloc_chunks is all or none; what it took on a failure is kept in the pool") {
+TEST_CASE("operations: alloc_chunks is all or none - what it took on a failure is kept in the pool") {
   sim_backend sim(3 * k_chunk_bytes, latency_model::zero());
   operations ops = make_ops(sim);
   std::vector<chunk_id> held;
@@ -112,7 +112,7 @@ TEST_CASE("operations: freed ranges are cached up to the limit and reused withou
   CHECK(sim.live().ranges == 0);
 }
 
-TEST_CASE("operations: a run of adjacent mappings is unmapped in one call; its chunks return to the pool") {
+TEST_CASE("operations: a run of adjacent mappings is unmapped in one call - its chunks return to the pool") {
   sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
   operations ops = make_ops(sim);
   const device_addr base = ops.alloc_range();

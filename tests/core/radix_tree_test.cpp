@@ -89,7 +89,7 @@ TEST_CASE("rtree: match at block and at chunk granularity") {
   CHECK(t.page_count() == 2);
 }
 
-TEST_CASE("rtree: pins protect paths; eviction takes unpinned leaves in LRU order") {
+TEST_CASE("rtree: pins protect paths - eviction takes unpinned leaves in LRU order") {
   radix_tree t(make_eviction_policy("lru"));
   auto a = t.insert(blocks({1, 2}));
   auto b = t.insert(blocks({1, 3}));

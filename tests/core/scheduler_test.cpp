@@ -73,7 +73,7 @@ TEST_CASE("scheduler effects: without the worker, prompt and lookahead pages are
   CHECK(again.effects.chunks_created == 0);
 }
 
-TEST_CASE("scheduler effects: with the worker, lookahead pages are a job; a page needed too soon waits for it") {
+TEST_CASE("scheduler effects: with the worker, lookahead pages are a job - a page needed too soon waits for it") {
   sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
   scheduler s = make_scheduler(sim, kv_layout::token_major, token_major_config(2, true));
   const create_result c = s.create(request_id{1}, {}, 32, 0);  // 2 pages now, 2 to the worker

@@ -64,3 +64,26 @@ TEST_CASE("repository: the traces the tests and the README use are shipped with 
   CHECK(text.find("Apache-2.0") != std::string::npos);
   CHECK(text.find("CC-BY-4.0") != std::string::npos);
 }
+
+TEST_CASE("repository: no test case name holds a semicolon (CTest would split it and run nothing)") {
+  // doctest_discover_tests hands the names to CMake as a list: a ';' cuts a name in two, and
+  // each half, run as a --test-case filter, matches no test case and "passes".
+  std::vector<std::string> offenders;
+  for (const auto& f : source_files(fs::path(VTENSOR_SOURCE_DIR) / "tests")) {
+    if (f.extension() != ".cpp") continue;
+    std::ifstream in(f);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto at = line.find("TEST_CASE(\"");
+      if (at == std::string::npos) continue;
+      const auto end = line.find('"', at + 11);
+      if (line.substr(at + 11, end == std::string::npos ? std::string::npos : end - at - 11).find(';') !=
+          std::string::npos) {
+        offenders.push_back(fs::relative(f, VTENSOR_SOURCE_DIR).string() + ": " + line);
+      }
+    }
+  }
+  std::string list;
+  for (const auto& o : offenders) list += "\n  " + o;
+  CHECK_MESSAGE(offenders.empty(), "test case names with ';':" << list);
+}

@@ -39,7 +39,7 @@ TEST_CASE("event_queue: handlers schedule more events, including at the current 
   CHECK_THROWS_AS(q.schedule_at(11, [] {}), std::invalid_argument);
 }
 
-TEST_CASE("event_queue: cancel by flag drops the event; cancelling twice or after running is a no-op") {
+TEST_CASE("event_queue: cancel by flag drops the event - cancelling twice or after running is a no-op") {
   event_queue q;
   int ran = 0;
   const event_id a = q.schedule_at(1, [&] { ran += 1; });

@@ -53,7 +53,7 @@ TEST_CASE("roofline: one decode token is bound by streaming the weights") {
   CHECK(roofline(m, gpu, w, 1e-3).total_s() == doctest::Approx(c.memory_s + 1e-3));
 }
 
-TEST_CASE("roofline: a long prefill is compute bound; attention grows with the context") {
+TEST_CASE("roofline: a long prefill is compute bound - attention grows with the context") {
   const auto m = model_compute_preset("llama-3-8b");
   const auto gpu = *gpu_by_name("h200");
   step_work w;

@@ -54,7 +54,7 @@ TEST_CASE("kv_policy: the vtensor policy admits, grows, releases and reports thr
   CHECK_THROWS_AS((void)make_kv_policy("paged", llama_policy(k_unlimited)), std::invalid_argument);
 }
 
-TEST_CASE("replica: one request's steps follow the roofline; TTFT, TPOT, end-to-end") {
+TEST_CASE("replica: one request's steps follow the roofline - TTFT, TPOT, end-to-end") {
   const auto path =
       write_trace("one.jsonl", {R"({"timestamp": 0, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]})"});
   auto cfg = llama_replay();
@@ -97,7 +97,7 @@ TEST_CASE("replica: a second turn hits the first turn's prefix and computes only
   CHECK(rec.requests[1].arrival == 10'000'000);  // 10 s in microseconds
 }
 
-TEST_CASE("replica: chunked prefill splits a long prompt by the token budget; unchunked runs it whole") {
+TEST_CASE("replica: chunked prefill splits a long prompt by the token budget - unchunked runs it whole") {
   const auto path = write_trace("long.jsonl", {mooncake_line(0, 5000, 1, 1000)});
   auto cfg = llama_replay();
   cfg.replica.token_budget = 2048;
@@ -112,7 +112,7 @@ TEST_CASE("replica: chunked prefill splits a long prompt by the token budget; un
   CHECK(whole.steps[0].prefill_tokens == 5000);
 }
 
-TEST_CASE("replica: requests arriving together share steps; max running caps the batch") {
+TEST_CASE("replica: requests arriving together share steps - max running caps the batch") {
   std::vector<std::string> lines;
   for (int i = 0; i < 6; ++i) {
     lines.push_back(R"({"timestamp": 0, "input_length": 100, "output_length": 4, "hash_ids": [)" +
@@ -129,7 +129,7 @@ TEST_CASE("replica: requests arriving together share steps; max running caps the
   CHECK(s.peak.running == 4);
 }
 
-TEST_CASE("replica: out of memory preempts the newest request by recompute; everything completes") {
+TEST_CASE("replica: out of memory preempts the newest request by recompute - everything completes") {
   // 8 requests of 1,000 prompt tokens growing by 1,500: each needs 5 pages of 16 MiB at the end
   // (kv-fused Llama-3-8B: 512 tokens, 32 chunks a page); 20 pages do not hold them all.
   std::vector<std::string> lines;
@@ -182,7 +182,7 @@ TEST_CASE("replica: requests beyond the context are rejected or truncated keepin
   CHECK(s.counters.admitted_prompt_tokens == 1948 + 1000);
 }
 
-TEST_CASE("replica: synchronous mapping puts VMM time in the step; async lookahead takes growth off it") {
+TEST_CASE("replica: synchronous mapping puts VMM time in the step - async lookahead takes growth off it") {
   const auto path =
       write_trace("vmm.jsonl", {R"({"timestamp": 0, "input_length": 600, "output_length": 2000, "hash_ids": [1, 2]})"});
   auto sync_policy = llama_policy(k_unlimited, false);

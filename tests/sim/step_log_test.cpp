@@ -72,7 +72,7 @@ TEST_CASE("step log: creation after warm-up counts the chunks created after the 
   p->release(request_id{1}, release_reason::finished);
 }
 
-TEST_CASE("step log: two logs compare step by step; the free pool is left out on request") {
+TEST_CASE("step log: two logs compare step by step - the free pool is left out on request") {
   step_entry a;
   a.index = 3;
   a.start = 3000;

@@ -41,7 +41,7 @@ TEST_CASE("vtensor policy: synchronous mapping puts every call on the clock, pri
   CHECK(v.report().worker.total_model_ns() == 0);
 }
 
-TEST_CASE("vtensor policy: asynchronous lookahead takes growth off the clock; a page needed too soon waits") {
+TEST_CASE("vtensor policy: asynchronous lookahead takes growth off the clock - a page needed too soon waits") {
   const std::vector<token_block> blocks{{1, 512}};
   // Prompt of exactly one page: the lookahead page goes to the worker at admission.
   auto p = h200_policy(1, true);
@@ -83,7 +83,7 @@ TEST_CASE("vtensor policy: asynchronous lookahead takes growth off the clock; a 
   CHECK(w.report().worker.total_model_ns() + w.report().step.total_model_ns() == q->stats().vmm.total_time_ns());
 }
 
-TEST_CASE("vtensor policy: an overloaded worker makes steps wait; synchronous lookahead keeps it all on the clock") {
+TEST_CASE("vtensor policy: an overloaded worker makes steps wait - synchronous lookahead keeps it all on the clock") {
   // Four lookahead pages per one-page prompt: the worker gets four times the step thread's
   // mapping work, and the growth right after the admissions finds later requests' pages not mapped.
   auto p = h200_policy(4, true);

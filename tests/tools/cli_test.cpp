@@ -30,7 +30,7 @@ fs::path temp_file(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("vtensor --help lists the subcommands; unknown ones exit 2") {
+TEST_CASE("vtensor --help lists the subcommands - unknown ones exit 2") {
   const auto help = run({"--help"});
   CHECK(help.code == 0);
   CHECK(help.out.find("inspect") != std::string::npos);
@@ -94,7 +94,7 @@ TEST_CASE("inspect --json to an unwritable place exits 1") {
   CHECK(r.err.find("vtensor inspect: ") == 0);
 }
 
-TEST_CASE("gen-trace writes a trace that inspect reads; same seed, same bytes") {
+TEST_CASE("gen-trace writes a trace that inspect reads - same seed, same bytes") {
   const fs::path a = temp_file("gen_a.jsonl");
   const fs::path b = temp_file("gen_b.jsonl");
   const auto first = run({"gen-trace", "--out", a.string(), "-n", "3000", "--seed", "42", "--fanout-prob", "0.1",

@@ -60,7 +60,7 @@ TEST_CASE("distribution specs parse, print and sample") {
   CHECK_THROWS_AS((void)vt::int_distribution::parse("exp:x"), std::invalid_argument);
 }
 
-TEST_CASE("generator: same seed, byte-identical file; another seed, another file") {
+TEST_CASE("generator: same seed, byte-identical file - another seed, another file") {
   vt::generator_params params;
   params.requests = 2000;
   params.fanout_probability = 0.2;
@@ -77,7 +77,7 @@ TEST_CASE("generator: same seed, byte-identical file; another seed, another file
   CHECK(a != slurp(temp_file("c.jsonl")));
 }
 
-TEST_CASE("generator: turns extend the previous context's full blocks; reader accepts it") {
+TEST_CASE("generator: turns extend the previous context's full blocks - reader accepts it") {
   vt::generator_params params;
   params.requests = 0;
   params.sessions = 300;
