@@ -343,10 +343,14 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
     throw std::invalid_argument(
         fmt::format("request {}: extending to {} tokens exceeds its max of {}", id.value, total, r.max_tokens));
   }
-  const operation_counters before = ops_.counters();
   extend_result result;
-  op_effects& fx = result.effects;
   const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(total));
+  if (needed <= r.ready_pages && needed <= geometry_.pages_for_tokens(r.tokens)) {
+    grow(r, tokens);  // within its pages, all in place: nothing to map, wait for or top up
+    return result;
+  }
+  const operation_counters before = ops_.counters();
+  op_effects& fx = result.effects;
   if (needed > r.mapped_pages && !map_needed(r, needed, fx)) {
     ++counters_.preemption_signals;
     pool_effects(before, fx);
@@ -362,11 +366,15 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
     top_up(r, needed, fx);
     ops_.create_ahead(config_.create_ahead_chunks);
   }
-  own_valid_bytes_ += tokens * geometry_.bytes_per_token();
-  logical_tokens_ += tokens;
-  r.tokens = total;
+  grow(r, tokens);
   pool_effects(before, fx);
   return result;
+}
+
+void scheduler::grow(vtensor_record& r, std::uint64_t tokens) {
+  own_valid_bytes_ += tokens * geometry_.bytes_per_token();
+  logical_tokens_ += tokens;
+  r.tokens += tokens;
 }
 
 create_result scheduler::fork(request_id parent_id, request_id child_id) {

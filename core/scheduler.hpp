@@ -168,6 +168,8 @@ class scheduler {
   void map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count, bool deferred,
                  op_effects& fx);
   [[nodiscard]] bool map_needed(vtensor_record& r, std::uint32_t needed, op_effects& fx);
+  /// Counts `tokens` more tokens in `r`, whose pages are mapped and ready.
+  void grow(vtensor_record& r, std::uint64_t tokens);
   void top_up(vtensor_record& r, std::uint32_t needed, op_effects& fx);
   /// Pages to have mapped when `needed` are: k more, within the request's reservation.
   [[nodiscard]] std::uint32_t lookahead_target(const vtensor_record& r, std::uint32_t needed) const;
