@@ -79,6 +79,8 @@ layer_addressing manager::layer(request_id id, std::uint32_t layer) const {
   return a;
 }
 
+std::uint64_t manager::ahead_bytes() const { return scheduler_.ahead_bytes(); }
+
 manager_stats manager::stats() const {
   std::lock_guard lock(mutex_);
   const operations& ops = scheduler_.ops();

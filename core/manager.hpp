@@ -84,6 +84,8 @@ class manager {
   [[nodiscard]] layer_addressing layer(request_id id, std::uint32_t layer) const;
   /// Memory and activity now.
   [[nodiscard]] manager_stats stats() const;
+  /// Bytes mapped ahead of live requests' tokens (scheduler::ahead_bytes()).
+  [[nodiscard]] std::uint64_t ahead_bytes() const;
   /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
   std::size_t trim();
   /// Drops all live requests and the prefix cache and releases everything to the driver. The

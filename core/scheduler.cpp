@@ -48,9 +48,11 @@ void scheduler::account(const vtensor_record& r, int sign) {
   if (sign > 0) {
     own_valid_bytes_ += own_bytes(r);
     logical_tokens_ += r.tokens;
+    token_pages_ += geometry_.pages_for_tokens(r.tokens);
   } else {
     own_valid_bytes_ -= own_bytes(r);
     logical_tokens_ -= r.tokens;
+    token_pages_ -= geometry_.pages_for_tokens(r.tokens);
   }
 }
 
@@ -107,6 +109,7 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
     fx.step_pages += pages;
   }
   r.mapped_pages = first + pages;
+  mapped_pages_ += pages;
 }
 
 // Note [Lookahead in runs]
@@ -166,6 +169,7 @@ std::uint64_t scheduler::unmap_all(vtensor_record& r) {
     ops_.unmap_run(run_);
   }
   r.maps.clear();
+  mapped_pages_ -= r.mapped_pages;
   r.mapped_pages = 0;
   r.ready_pages = 0;
   return waited;
@@ -374,6 +378,7 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
 void scheduler::grow(vtensor_record& r, std::uint64_t tokens) {
   own_valid_bytes_ += tokens * geometry_.bytes_per_token();
   logical_tokens_ += tokens;
+  token_pages_ += geometry_.pages_for_tokens(r.tokens + tokens) - geometry_.pages_for_tokens(r.tokens);
   r.tokens += tokens;
 }
 
@@ -572,12 +577,18 @@ void scheduler::check_pins() const {
 
 void scheduler::check_invariants() const {
   ops_.check_invariants();
-  std::uint64_t own = 0, logical = 0, mappings = 0;
+  std::uint64_t own = 0, logical = 0, mappings = 0, mapped_pages = 0, token_pages = 0;
   for (const auto& [id, r] : live_) {
     check_record(*r);
     own += own_bytes(*r);
     logical += r->tokens;
     mappings += r->maps.size();
+    mapped_pages += r->mapped_pages;
+    token_pages += geometry_.pages_for_tokens(r->tokens);
+  }
+  if (mapped_pages != mapped_pages_ || token_pages != token_pages_) {
+    fail(fmt::format("pages mapped {} (counted {}), filled by tokens {} (counted {})", mapped_pages, mapped_pages_,
+                     token_pages, token_pages_));
   }
   if (own != own_valid_bytes_) fail(fmt::format("own valid bytes {} counted {}", own, own_valid_bytes_));
   if (logical != logical_tokens_) fail("logical tokens drifted");

@@ -133,6 +133,11 @@ class scheduler {
   [[nodiscard]] const operations& ops() const { return ops_; }
   /// Memory now, in bytes.
   [[nodiscard]] memory_stats memory() const;
+  /// Bytes mapped beyond the page that holds each live request's last token (lookahead pages):
+  /// reserved for a request, backing none of its tokens yet.
+  [[nodiscard]] std::uint64_t ahead_bytes() const {
+    return (mapped_pages_ - token_pages_) * std::uint64_t{geometry_.tensors()} * geometry_.chunk_bytes();
+  }
 
   /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
   std::size_t trim() { return ops_.trim(); }
@@ -201,6 +206,8 @@ class scheduler {
   std::unordered_map<request_id, std::unique_ptr<vtensor_record>> live_;
   std::uint64_t own_valid_bytes_ = 0;
   std::uint64_t logical_tokens_ = 0;
+  std::uint64_t mapped_pages_ = 0;  // sum of mapped_pages over records
+  std::uint64_t token_pages_ = 0;   // sum over live records of the pages their tokens fill
   scheduler_counters counters_;
 };
 

@@ -23,6 +23,7 @@
 /// - check_invariants() only reads: it must not wait for background work; settle() does that.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -32,6 +33,7 @@
 #include "backends/vmm_backend.hpp"
 #include "core/ids.hpp"
 #include "core/memory_stats.hpp"
+#include "sim/accounting_backend.hpp"
 
 namespace vtensor::sim {
 
@@ -56,9 +58,54 @@ enum class release_reason : std::uint8_t {
   preempted,  ///< dropped to free memory; it will be admitted again and recomputed
 };
 
+/// Device memory by what it holds, comparable across policies (docs/metrics.md, "Memory
+/// breakdown"). The six parts add up to the policy's physical bytes (memory_stats::physical_bytes).
+struct memory_breakdown {
+  std::uint64_t used = 0;           ///< valid KV of live requests, shared bytes once
+  std::uint64_t internal = 0;       ///< unused tails of the blocks, pages or slots live requests hold
+  std::uint64_t reserved_idle = 0;  ///< reserved for a live request but backing none of its tokens yet
+  std::uint64_t external = 0;       ///< free, but outside the largest free extent (arenas only)
+  std::uint64_t cached = 0;         ///< held only for reuse by a prefix cache or an idle slot
+  std::uint64_t free = 0;           ///< free and usable by the next request
+  /// Page-level view (policies on 2 MiB chunks; 0 elsewhere), not part of the sum:
+  std::uint64_t cached_pinning = 0;  ///< cached bytes in chunks that also hold live or other cached data
+  std::uint64_t reclaimable = 0;     ///< bytes that evicting every cached entry would give back to the driver
+
+  /// used + internal + reserved_idle + external + cached + free.
+  [[nodiscard]] std::uint64_t total() const { return used + internal + reserved_idle + external + cached + free; }
+  friend bool operator==(const memory_breakdown&, const memory_breakdown&) = default;
+};
+
+/// How a policy lays KV out for the attention kernels: contiguous per request (vtensor,
+/// vattention, static), or behind a block table of `block_tokens`-token blocks (paged, radix).
+/// The step cost applies the kernel factor of the layout (sim/kernel_factors.hpp).
+struct kv_access {
+  bool paged = false;              ///< read through a block table
+  std::uint32_t block_tokens = 0;  ///< tokens per block when paged
+  friend bool operator==(const kv_access&, const kv_access&) = default;
+};
+
+/// Where a policy's VMM time went: modelled (drives the clock) and charged (measured on `cuda`).
+/// Policies without VMM calls have none.
+struct vmm_split_report {
+  vmm_side step;                           ///< calls of the step thread
+  vmm_side worker;                         ///< calls of the mapping worker
+  std::uint64_t critical_model_ns = 0;     ///< modelled step-thread time (calls + waits) on the clock
+  std::uint64_t jobs = 0;                  ///< modelled worker jobs (lookahead mappings)
+  std::uint64_t job_model_ns = 0;          ///< their modelled price
+  std::uint64_t modelled_waits = 0;        ///< modelled waits of the step thread for the worker
+  std::uint64_t modelled_wait_ns = 0;      ///< their modelled length
+  std::uint64_t mapping_waits = 0;         ///< measured: extends that waited for the worker
+  std::uint64_t mapping_wait_ns = 0;       ///< measured: wall time of those waits
+  std::uint64_t async_vmm_ns = 0;          ///< charged by the worker
+  std::uint64_t chunks_created = 0;        ///< chunks created in all
+  std::uint64_t chunks_created_ahead = 0;  ///< of which by the worker
+};
+
 /// A policy's memory and its activity so far. Definitions: docs/metrics.md.
 struct kv_stats {
   memory_stats memory;                  ///< device memory held, mapped, used, cached, idle; logical bytes
+  memory_breakdown breakdown;           ///< the same physical bytes by what they hold
   std::uint64_t prompt_tokens = 0;      ///< prompt tokens admitted (re-admissions included)
   std::uint64_t prefix_hit_tokens = 0;  ///< of which served from the cache
   std::uint64_t cow_bytes = 0;          ///< bytes copied for sharing
@@ -91,6 +138,11 @@ class kv_policy {
   [[nodiscard]] sim_ns critical_vmm_time() const { return do_critical_vmm_time(); }
   /// The simulated time is now `now` (never decreasing).
   void advance_to(sim_us now) { do_advance_to(now); }
+  /// How the attention kernels read this policy's KV.
+  [[nodiscard]] kv_access access() const { return do_access(); }
+  /// Where the VMM time went; nullopt for a policy without VMM calls. Call settle() first for
+  /// final worker figures.
+  [[nodiscard]] std::optional<vmm_split_report> vmm_report() const { return do_vmm_report(); }
   /// Registry name, e.g. "vtensor".
   [[nodiscard]] std::string name() const { return do_name(); }
   /// The options in effect, for the replay's "config".
@@ -111,6 +163,8 @@ class kv_policy {
   [[nodiscard]] virtual sim_ns do_critical_vmm_time() const { return do_vmm_time(); }
   virtual void do_advance_to(sim_us /*now*/) {}
   virtual void do_settle() {}
+  [[nodiscard]] virtual kv_access do_access() const { return {}; }
+  [[nodiscard]] virtual std::optional<vmm_split_report> do_vmm_report() const { return std::nullopt; }
   [[nodiscard]] virtual std::string do_name() const = 0;
   [[nodiscard]] virtual nlohmann::ordered_json do_describe() const = 0;
   virtual void do_check_invariants() const {}

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/enum_names.hpp"
 #include "core/kv_geometry.hpp"
 #include "core/scheduler.hpp"
 #include "sim/kv_policy.hpp"
@@ -15,7 +16,24 @@
 
 namespace vtensor::sim {
 
-/// Everything any policy may need.
+/// What a `static` request reserves (Orca / FasterTransformer style).
+enum class static_reserve : std::uint8_t {
+  max,    ///< the maximum context
+  pow2,   ///< the next power of two of prompt + max output
+  exact,  ///< prompt + output exactly (the vLLM paper's "oracle")
+};
+inline constexpr enum_names<static_reserve, 3> k_static_reserve_names{
+    {{{static_reserve::max, "max"}, {static_reserve::pow2, "pow2"}, {static_reserve::exact, "exact"}}}};
+
+/// The allocator of the `static` arena.
+enum class arena_fit : std::uint8_t {
+  first_fit,  ///< lowest-addressed free extent that fits
+  buddy,      ///< binary buddy system over power-of-two blocks
+};
+inline constexpr enum_names<arena_fit, 2> k_arena_fit_names{
+    {{{arena_fit::first_fit, "first-fit"}, {arena_fit::buddy, "buddy"}}}};
+
+/// Everything any policy may need. Each policy reads what it understands.
 struct kv_policy_options {
   model_spec kv;                              ///< KV shape on one GPU (kv heads divided by tp)
   std::uint64_t memory_bytes = 0;             ///< KV memory budget; UINT64_MAX for unlimited
@@ -31,6 +49,13 @@ struct kv_policy_options {
   int device_index = 0;                   ///< cuda backend: which GPU
   std::string eviction = "lru";           ///< vtensor prefix-cache eviction policy
   partial_page_policy partial = partial_page_policy::cow;  ///< vtensor partial prefix page
+  // Baseline policies (docs/policies.md).
+  std::uint32_t block_tokens = 16;               ///< paged: tokens per KV block (vLLM's block_size)
+  bool prefix_caching = true;                    ///< paged, radix: keep and share prefixes
+  std::uint32_t page_tokens = 1;                 ///< radix: tokens per page of the token pool (SGLang's page_size)
+  static_reserve reserve = static_reserve::max;  ///< static: what a request reserves
+  arena_fit arena = arena_fit::first_fit;        ///< static: the arena's allocator
+  bool megacache = false;                        ///< vattention: one buffer per K and V (all layers)
 };
 
 /// The vtensor policy's options for `options` (what make_kv_policy("vtensor", ...) builds).

@@ -94,10 +94,30 @@ void vtensor_policy::do_release(request_id id, release_reason why) {
   book_step_calls();
 }
 
+// Note [vtensor memory breakdown]
+// Chunks held are mapped in live requests, cached (held by the rTree only) or idle in the free
+// pool. Of the mapped bytes, `used` hold valid KV; the pages mapped beyond the page of each
+// request's last token (lookahead) are reserved-idle; the rest is the unused tail of the pages
+// that hold tokens (internal). The pool's idle chunks are free; nothing is external (any chunk
+// backs any page). Cached chunks hold one page of one prefix each, so a cached chunk pins no
+// live data: evicting every cached entry would return all of them to the pool (reclaimable), and
+// the pool gives chunks back to the driver when trimmed.
+memory_breakdown vtensor_policy::breakdown(const memory_stats& m) const {
+  memory_breakdown b;
+  b.used = m.used_bytes;
+  b.reserved_idle = std::min(m.mapped_bytes - m.used_bytes, manager_->ahead_bytes());
+  b.internal = m.mapped_bytes - m.used_bytes - b.reserved_idle;
+  b.cached = m.cached_bytes;
+  b.free = m.free_pool_bytes;
+  b.reclaimable = m.cached_bytes;
+  return b;
+}
+
 kv_stats vtensor_policy::do_stats() const {
   const manager_stats m = manager_->stats();
   kv_stats s;
   s.memory = m.memory;
+  s.breakdown = breakdown(m.memory);
   s.prompt_tokens = m.prompt_tokens;
   s.prefix_hit_tokens = m.prefix_hit_tokens;
   s.cow_bytes = m.cow_bytes;

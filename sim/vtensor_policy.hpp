@@ -51,21 +51,8 @@ struct vtensor_policy_options {
       manager;  ///< geometry (model x layout), scheduler (context, lookahead, async, cow|recompute), eviction
 };
 
-/// Where the VMM time went: modelled (drives the clock) and charged (measured on `cuda`).
-struct vtensor_vmm_report {
-  vmm_side step;                           ///< calls of the step thread
-  vmm_side worker;                         ///< calls of the mapping worker
-  std::uint64_t critical_model_ns = 0;     ///< modelled step-thread time (calls + waits) on the clock
-  std::uint64_t jobs = 0;                  ///< modelled worker jobs (lookahead mappings)
-  std::uint64_t job_model_ns = 0;          ///< their modelled price
-  std::uint64_t modelled_waits = 0;        ///< modelled waits of the step thread for the worker
-  std::uint64_t modelled_wait_ns = 0;      ///< their modelled length
-  std::uint64_t mapping_waits = 0;         ///< measured (core): extends that waited for the worker
-  std::uint64_t mapping_wait_ns = 0;       ///< measured (core): wall time of those waits
-  std::uint64_t async_vmm_ns = 0;          ///< charged by the worker (core's count)
-  std::uint64_t chunks_created = 0;        ///< chunks created in all (core's count, adopted ones)
-  std::uint64_t chunks_created_ahead = 0;  ///< of which by the worker
-};
+/// Where the VMM time went (the vtensor policy's name for the shared report).
+using vtensor_vmm_report = vmm_split_report;
 
 /// The policy. Owns its backend and manager.
 class vtensor_policy final : public kv_policy {
@@ -96,10 +83,12 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] sim_ns do_critical_vmm_time() const override { return critical_; }
   void do_advance_to(sim_us now) override;
   void do_settle() override { manager_->settle(); }
+  [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override { return report(); }
   [[nodiscard]] std::string do_name() const override { return "vtensor"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override { manager_->check_invariants(); }
 
+  [[nodiscard]] memory_breakdown breakdown(const memory_stats& m) const;  // Note [vtensor memory breakdown]
   [[nodiscard]] sim_ns step_model_time() const;  // step thread's priced calls (creates excluded with create-ahead)
   [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
   void book_step_calls();                                           // adds the step thread's new calls to the clock

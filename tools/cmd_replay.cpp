@@ -85,7 +85,8 @@ po::options_description workload_options() {
   o.add_options()("trace", po::value<std::string>(), "trace file (default: the bundled Mooncake conversation excerpt)")(
       "format", po::value<std::string>()->default_value("auto"),
       ("trace format: auto, " + traces::k_trace_format_names.list()).c_str())(
-      "policy", po::value<std::string>()->default_value("vtensor"), "KV policy")(
+      "policy", po::value<std::string>()->default_value("vtensor"),
+      "KV policy: vtensor, paged, radix, static, vattention (docs/policies.md)")(
       "model", po::value<std::string>()->default_value("llama-3-8b"), "model: llama-3-8b, yi-6b, yi-34b, llama-3-70b")(
       "gpu", po::value<std::string>()->default_value("h200"), "GPU: h200, a100-80gb")(
       "tp", po::value<std::uint32_t>()->default_value(1), "tensor-parallel degree (divides the KV heads)")(
@@ -116,7 +117,8 @@ po::options_description vtensor_options() {
       "A,B (e.g. sim,cuda): replay twice, check that both runs agree step by step, compare VMM time")(
       "layout", po::value<std::string>()->default_value("kv-fused"),
       ("vtensor layout: " + k_kv_layout_names.list()).c_str())(
-      "lookahead", po::value<std::uint32_t>()->default_value(0), "vtensor pages mapped ahead of need")(
+      "lookahead", po::value<std::uint32_t>(),
+      "pages mapped ahead of need, vtensor and vattention (default: 0 for vtensor, 1 for vattention)")(
       "lookahead-batch", po::value<std::uint32_t>()->default_value(1),
       "lookahead pages mapped at a time, 1 to --lookahead (runs per tensor: cheaper for the driver)")(
       "async-lookahead", po::value<bool>()->default_value(true),
@@ -136,6 +138,21 @@ po::options_description vtensor_options() {
   return o;
 }
 
+// The baseline policies (docs/policies.md).
+po::options_description baseline_options() {
+  po::options_description o("baseline policies (paged, radix, static, vattention)");
+  o.add_options()("block-tokens", po::value<std::uint32_t>()->default_value(16), "paged: tokens per KV block")(
+      "prefix-caching", po::value<bool>()->default_value(true), "paged, radix: cache and share prefixes (true/false)")(
+      "page-tokens", po::value<std::uint32_t>()->default_value(1), "radix: tokens per page of the token pool")(
+      "reserve", po::value<std::string>()->default_value("max"),
+      ("static: tokens a request reserves: " + sim::k_static_reserve_names.list(" or ")).c_str())(
+      "arena", po::value<std::string>()->default_value("first-fit"),
+      ("static: arena allocator: " + sim::k_arena_fit_names.list(" or ")).c_str())(
+      "megacache", po::value<bool>()->default_value(false),
+      "vattention: one buffer for K and one for V over all layers (true/false)");
+  return o;
+}
+
 po::options_description output_options() {
   po::options_description o("outputs");
   o.add_options()("json", po::value<std::string>(), "write the summary as JSON to FILE")(
@@ -147,7 +164,7 @@ po::options_description output_options() {
 
 po::options_description replay_option_table() {
   po::options_description options("options");
-  options.add(workload_options()).add(vtensor_options()).add(output_options());
+  options.add(workload_options()).add(vtensor_options()).add(baseline_options()).add(output_options());
   return options;
 }
 
@@ -193,6 +210,60 @@ void parse_memory(const po::variables_map& v, replay_options& o) {
   o.memory_json = unlimited ? nlohmann::ordered_json("unlimited") : nlohmann::ordered_json(o.policy.memory_bytes);
 }
 
+// Options that only some policies read: given for another policy, they are a usage error rather
+// than silently ignored.
+void check_policy_options(const po::variables_map& v, const std::string& policy) {
+  struct rule {
+    const char* option;
+    std::vector<std::string_view> policies;
+  };
+  const std::vector<rule> rules = {
+      {"block-tokens", {"paged"}},
+      {"prefix-caching", {"paged", "radix"}},
+      {"page-tokens", {"radix"}},
+      {"reserve", {"static"}},
+      {"arena", {"static"}},
+      {"megacache", {"vattention"}},
+      {"layout", {"vtensor"}},
+      {"lookahead", {"vtensor", "vattention"}},
+      {"lookahead-batch", {"vtensor"}},
+      {"async-lookahead", {"vtensor", "vattention"}},
+      {"create-ahead", {"vtensor"}},
+      {"eviction", {"vtensor"}},
+      {"partial", {"vtensor"}},
+  };
+  for (const rule& r : rules) {
+    if (v.count(r.option) == 0 || v[r.option].defaulted()) continue;
+    if (std::find(r.policies.begin(), r.policies.end(), policy) != r.policies.end()) continue;
+    throw usage_error(
+        fmt::format("--{} applies to policy {}, not {}", r.option, fmt::join(r.policies, " and "), policy));
+  }
+}
+
+// The baseline policies' options.
+void parse_baseline(const po::variables_map& v, replay_options& o) {
+  sim::kv_policy_options& p = o.policy;
+  p.block_tokens = get<std::uint32_t>(v, "block-tokens");
+  if (p.block_tokens == 0) throw usage_error("--block-tokens must be at least 1");
+  p.prefix_caching = v["prefix-caching"].as<bool>();
+  p.page_tokens = get<std::uint32_t>(v, "page-tokens");
+  if (p.page_tokens == 0) throw usage_error("--page-tokens must be at least 1");
+  const auto reserve = sim::k_static_reserve_names.parse(get<std::string>(v, "reserve"));
+  if (!reserve) {
+    throw usage_error(fmt::format("--reserve: unknown value '{}' ({})", get<std::string>(v, "reserve"),
+                                  sim::k_static_reserve_names.list()));
+  }
+  p.reserve = *reserve;
+  const auto arena = sim::k_arena_fit_names.parse(get<std::string>(v, "arena"));
+  if (!arena) {
+    throw usage_error(fmt::format("--arena: unknown allocator '{}' ({})", get<std::string>(v, "arena"),
+                                  sim::k_arena_fit_names.list()));
+  }
+  p.arena = *arena;
+  p.megacache = v["megacache"].as<bool>();
+  check_policy_options(v, o.policy_name);
+}
+
 // The vtensor policy's options (the backend and the memory are parsed apart).
 void parse_policy(const po::variables_map& v, replay_options& o) {
   sim::kv_policy_options& p = o.policy;
@@ -205,7 +276,9 @@ void parse_policy(const po::variables_map& v, replay_options& o) {
   if (!layout)
     throw usage_error(fmt::format("--layout: unknown layout '{}' ({})", layout_text, k_kv_layout_names.list()));
   p.layout = *layout;
-  p.lookahead_pages = get<std::uint32_t>(v, "lookahead");
+  p.lookahead_pages = v.count("lookahead") != 0       ? get<std::uint32_t>(v, "lookahead")
+                      : o.policy_name == "vattention" ? 1
+                                                      : 0;
   p.lookahead_batch = get<std::uint32_t>(v, "lookahead-batch");
   if (p.lookahead_batch == 0 || p.lookahead_batch > std::max<std::uint32_t>(1, p.lookahead_pages)) {
     throw usage_error(fmt::format("--lookahead-batch must be between 1 and --lookahead ({})", p.lookahead_pages));
@@ -221,6 +294,7 @@ void parse_policy(const po::variables_map& v, replay_options& o) {
   p.partial = *partial;
   if (v.count("calibration") != 0) p.calibration_file = get<std::string>(v, "calibration");
   p.zero_latency = v["zero-latency"].as<bool>();
+  parse_baseline(v, o);
 }
 
 // Step emulation and the warm-up share of the chunk-creation figures.
@@ -281,6 +355,11 @@ void parse_workload(const po::variables_map& v, replay_options& o) {
   o.gpu = *gpu;
   o.model = sim::model_compute_preset(get<std::string>(v, "model"), get<std::uint32_t>(v, "tp"));
   o.policy_name = get<std::string>(v, "policy");
+  const auto policies = sim::kv_policy_names();
+  if (std::find(policies.begin(), policies.end(), o.policy_name) == policies.end()) {
+    throw usage_error(
+        fmt::format("--policy: unknown policy '{}' (known: {})", o.policy_name, fmt::join(policies, ", ")));
+  }
   o.seed = get<std::uint64_t>(v, "seed");
 }
 
@@ -373,7 +452,7 @@ nlohmann::ordered_json by_kind(const std::array<std::uint64_t, k_vmm_call_kinds>
 }
 
 // Adds the vtensor policy's VMM split (modelled: deterministic; measured: only `with_wall`).
-void add_vmm_split(nlohmann::ordered_json& j, const sim::vtensor_vmm_report& r, const sim::replay_summary& s,
+void add_vmm_split(nlohmann::ordered_json& j, const sim::vmm_split_report& r, const sim::replay_summary& s,
                    const sim::creation_after_warmup& c, double warmup_fraction, std::uint64_t emulated_ns,
                    bool with_wall) {
   nlohmann::ordered_json model;
@@ -453,7 +532,7 @@ struct replay_run {
   std::string backend;
   nlohmann::ordered_json json;
   std::vector<sim::step_entry> log;
-  std::optional<sim::vtensor_vmm_report> vmm;
+  std::optional<sim::vmm_split_report> vmm;
 };
 
 // The output files (the time series and the Chrome trace observe the last run only).
@@ -537,8 +616,8 @@ replay_run run_one(const replay_options& o, const std::string& backend, bool las
   replay_run run;
   run.backend = backend;
   run.json = sim::summary_json(summary, cfg, o.seed, o.with_wall);
-  if (const auto* vp = dynamic_cast<const sim::vtensor_policy*>(policy.get())) {
-    run.vmm = vp->report();
+  run.vmm = policy->vmm_report();
+  if (run.vmm) {
     add_vmm_split(run.json, *run.vmm, summary, log.creation(o.warmup_fraction), o.warmup_fraction,
                   emulator ? emulator->emulated_ns() : 0, o.with_wall);
   }
@@ -553,7 +632,7 @@ double ratio(std::uint64_t a, std::uint64_t b) {
 }
 
 // Per call kind: what each run charged (modelled on sim, measured on cuda) for the same calls.
-void compare_vmm_time(const replay_options& o, const sim::vtensor_vmm_report& a, const sim::vtensor_vmm_report& c,
+void compare_vmm_time(const replay_options& o, const sim::vmm_split_report& a, const sim::vmm_split_report& c,
                       nlohmann::ordered_json& cmp, std::ostream& out) {
   nlohmann::ordered_json kinds = nlohmann::ordered_json::object();
   out << fmt::format("VMM time per call kind, {} vs {} (both threads; ms, calls):\n", o.backends[0], o.backends[1]);
