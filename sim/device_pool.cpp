@@ -10,7 +10,10 @@
 namespace vtensor::sim {
 
 device_pool::device_pool(const std::string& backend_name, const backend_config& config, std::uint64_t max_bytes)
-    : backend_(std::make_unique<accounting_backend>(make_backend(backend_name, config), latency_model_for(config))) {
+    : device_pool(make_backend(backend_name, config), latency_model_for(config), max_bytes) {}
+
+device_pool::device_pool(std::unique_ptr<vmm_backend> inner, const latency_model& model, std::uint64_t max_bytes)
+    : backend_(std::make_unique<accounting_backend>(std::move(inner), model)) {
   preallocated_ = max_bytes != std::numeric_limits<std::uint64_t>::max();
   range_bytes_ = preallocated_ ? max_bytes / k_chunk_bytes * k_chunk_bytes : unlimited_reserve_bytes;
   if (range_bytes_ == 0) {

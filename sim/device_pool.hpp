@@ -32,6 +32,9 @@ class device_pool {
   /// Throws unknown_backend_error, calibration_error, vmm_error, or std::runtime_error when the
   /// device cannot back the budget (naming both sizes).
   device_pool(const std::string& backend_name, const backend_config& config, std::uint64_t max_bytes);
+  /// The same over a backend built by the caller (tests inject faults this way); `model` prices
+  /// the calls.
+  device_pool(std::unique_ptr<vmm_backend> inner, const latency_model& model, std::uint64_t max_bytes);
   ~device_pool();
   device_pool(const device_pool&) = delete;
   device_pool& operator=(const device_pool&) = delete;

@@ -3,6 +3,8 @@
 
 #include <limits>
 
+#include "backends/fault_injection_backend.hpp"
+#include "backends/sim_backend.hpp"
 #include "sim/device_pool.hpp"
 
 using namespace vtensor;
@@ -44,5 +46,13 @@ TEST_SUITE("device_pool") {
   TEST_CASE("a budget below one chunk is refused") {
     backend_config cfg;
     CHECK_THROWS_AS(device_pool("sim", cfg, k_chunk_bytes - 1), std::invalid_argument);
+  }
+
+  TEST_CASE("a failed map while preallocating throws the driver's error") {
+    backend_config cfg;
+    cfg.capacity_bytes = 8 * k_chunk_bytes;
+    auto faulty = std::make_unique<fault_injection_backend>(make_backend("sim", cfg), 1);
+    faulty->fail_nth(vmm_call::map, 3);
+    CHECK_THROWS_AS(device_pool(std::move(faulty), latency_model::zero(), 6 * k_chunk_bytes), vmm_error);
   }
 }
