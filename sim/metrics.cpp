@@ -55,6 +55,15 @@ void state_tracker::integrate(time_us until) {
   physical_ += dt * static_cast<double>(m.physical_bytes);
   mapped_ += dt * static_cast<double>(m.mapped_bytes);
   used_ += dt * static_cast<double>(m.used_bytes);
+  const memory_breakdown& b = last_.breakdown;
+  breakdown_.used += dt * static_cast<double>(b.used);
+  breakdown_.internal += dt * static_cast<double>(b.internal);
+  breakdown_.reserved_idle += dt * static_cast<double>(b.reserved_idle);
+  breakdown_.external += dt * static_cast<double>(b.external);
+  breakdown_.cached += dt * static_cast<double>(b.cached);
+  breakdown_.free += dt * static_cast<double>(b.free);
+  breakdown_.cached_pinning += dt * static_cast<double>(b.cached_pinning);
+  breakdown_.reclaimable += dt * static_cast<double>(b.reclaimable);
   running_ += dt * last_.running;
   waiting_ += dt * last_.waiting;
 }
@@ -97,5 +106,18 @@ double state_tracker::mean_mapped_bytes() const { return ratio_or_zero(mapped_, 
 double state_tracker::mean_used_bytes() const { return ratio_or_zero(used_, total_us_); }
 double state_tracker::mean_running() const { return ratio_or_zero(running_, total_us_); }
 double state_tracker::mean_waiting() const { return ratio_or_zero(waiting_, total_us_); }
+
+memory_breakdown_means state_tracker::mean_breakdown() const {
+  memory_breakdown_means m;
+  m.used = ratio_or_zero(breakdown_.used, total_us_);
+  m.internal = ratio_or_zero(breakdown_.internal, total_us_);
+  m.reserved_idle = ratio_or_zero(breakdown_.reserved_idle, total_us_);
+  m.external = ratio_or_zero(breakdown_.external, total_us_);
+  m.cached = ratio_or_zero(breakdown_.cached, total_us_);
+  m.free = ratio_or_zero(breakdown_.free, total_us_);
+  m.cached_pinning = ratio_or_zero(breakdown_.cached_pinning, total_us_);
+  m.reclaimable = ratio_or_zero(breakdown_.reclaimable, total_us_);
+  return m;
+}
 
 }  // namespace vtensor::sim

@@ -14,10 +14,17 @@ namespace vtensor::sim {
 
 /// The state of a replica at an instant.
 struct replica_state {
-  time_us at = 0;             ///< when
-  memory_stats memory;        ///< the policy's memory
-  std::uint32_t running = 0;  ///< admitted requests
-  std::uint32_t waiting = 0;  ///< arrived, not admitted
+  time_us at = 0;              ///< when
+  memory_stats memory;         ///< the policy's memory
+  memory_breakdown breakdown;  ///< the same bytes by what they hold
+  std::uint32_t running = 0;   ///< admitted requests
+  std::uint32_t waiting = 0;   ///< arrived, not admitted
+};
+
+/// Time-weighted means of a memory_breakdown's parts, bytes.
+struct memory_breakdown_means {
+  double used = 0, internal = 0, reserved_idle = 0, external = 0, cached = 0, free = 0;
+  double cached_pinning = 0, reclaimable = 0;
 };
 
 /// The peak of each figure over a replay, each taken on its own (they need not coincide).
@@ -64,6 +71,8 @@ class state_tracker {
   [[nodiscard]] double mean_mapped_bytes() const;
   [[nodiscard]] double mean_used_bytes() const;
   [[nodiscard]] double mean_running() const;
+  /// Time-weighted mean of each part of the memory breakdown over the whole replay.
+  [[nodiscard]] memory_breakdown_means mean_breakdown() const;
   [[nodiscard]] double mean_waiting() const;
   /// The peak of each figure over every observed state.
   [[nodiscard]] const replica_peaks& peak() const { return peak_; }
@@ -78,8 +87,9 @@ class state_tracker {
   replica_peaks peak_;
   time_us next_sample_ = 0;
   double total_us_ = 0;
-  double mapped_us_ = 0;  // time with something mapped
-  double live_us_ = 0;    // time with logical bytes
+  double mapped_us_ = 0;              // time with something mapped
+  double live_us_ = 0;                // time with logical bytes
+  memory_breakdown_means breakdown_;  // integrals (bytes x us) until mean_breakdown() divides
   double frag_ = 0, sharing_ = 0, physical_ = 0, mapped_ = 0, used_ = 0, running_ = 0, waiting_ = 0;
 };
 

@@ -15,14 +15,17 @@ double us(sim_ns t) { return static_cast<double>(t.count()) / 1000.0; }
 timeseries_writer::timeseries_writer(std::string path) : file_(std::move(path)) {
   file_.write(
       "time_s,physical_bytes,mapped_bytes,used_bytes,cached_bytes,logical_bytes,internal_fragmentation,"
-      "sharing_saving,running,waiting\n");
+      "sharing_saving,running,waiting,internal_bytes,reserved_idle_bytes,external_bytes,free_bytes,"
+      "cached_pinning_bytes,reclaimable_bytes\n");
 }
 
 void timeseries_writer::on_sample(const replica_state& s) {
-  file_.write(fmt::format("{:.6f},{},{},{},{},{},{:.6f},{:.6f},{},{}\n", static_cast<double>(s.at) / 1e6,
-                          s.memory.physical_bytes, s.memory.mapped_bytes, s.memory.used_bytes, s.memory.cached_bytes,
-                          s.memory.logical_bytes, s.memory.internal_fragmentation(), s.memory.sharing_saving(),
-                          s.running, s.waiting));
+  const memory_breakdown& b = s.breakdown;
+  file_.write(fmt::format("{:.6f},{},{},{},{},{},{:.6f},{:.6f},{},{},{},{},{},{},{},{}\n",
+                          static_cast<double>(s.at) / 1e6, s.memory.physical_bytes, s.memory.mapped_bytes,
+                          s.memory.used_bytes, s.memory.cached_bytes, s.memory.logical_bytes,
+                          s.memory.internal_fragmentation(), s.memory.sharing_saving(), s.running, s.waiting,
+                          b.internal, b.reserved_idle, b.external, b.free, b.cached_pinning, b.reclaimable));
 }
 
 chrome_trace_writer::chrome_trace_writer(std::string path) : file_(std::move(path)) {

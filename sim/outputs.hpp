@@ -11,7 +11,9 @@ namespace vtensor::sim {
 
 /// The state on the sample grid as CSV, one row per sample:
 /// time_s,physical_bytes,mapped_bytes,used_bytes,cached_bytes,logical_bytes,
-/// internal_fragmentation,sharing_saving,running,waiting
+/// internal_fragmentation,sharing_saving,running,waiting,internal_bytes,reserved_idle_bytes,
+/// external_bytes,free_bytes,cached_pinning_bytes,reclaimable_bytes (the memory breakdown's parts
+/// beside used_bytes and cached_bytes; docs/metrics.md)
 class timeseries_writer final : public replica_observer {
  public:
   /// Opens the temporary file; throws std::system_error.

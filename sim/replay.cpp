@@ -77,6 +77,7 @@ replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const
   s.mean_used_bytes = t.mean_used_bytes();
   s.mean_running = t.mean_running();
   s.mean_waiting = t.mean_waiting();
+  s.mean_breakdown = t.mean_breakdown();
   s.ttft = summarize_latencies(rep.ttft_us());
   s.tpot = summarize_latencies(rep.tpot_us());
   s.e2e = summarize_latencies(rep.e2e_us());
@@ -93,6 +94,18 @@ nlohmann::ordered_json latency_json(const latency_summary& l) {
 }
 
 double per_second(double value, double seconds) { return seconds > 0 ? value / seconds : 0.0; }
+
+template <class B>
+nlohmann::ordered_json breakdown_json(const B& b) {
+  return {{"used", b.used},
+          {"internal", b.internal},
+          {"reserved_idle", b.reserved_idle},
+          {"external", b.external},
+          {"cached", b.cached},
+          {"free", b.free},
+          {"cached_pinning", b.cached_pinning},
+          {"reclaimable", b.reclaimable}};
+}
 
 }  // namespace
 
@@ -131,6 +144,8 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   j["mean_internal_fragmentation"] = s.mean_internal_fragmentation;
   j["peak_internal_fragmentation"] = s.peak.internal_fragmentation;
   j["mean_sharing_saving"] = s.mean_sharing_saving;
+  j["memory_breakdown"] = {{"mean_bytes", breakdown_json(s.mean_breakdown)},
+                           {"final_bytes", breakdown_json(s.final_memory.breakdown)}};
   j["final_physical_bytes"] = s.final_memory.memory.physical_bytes;
   j["final_cached_bytes"] = s.final_memory.memory.cached_bytes;
   j["evictions"] = s.final_memory.evictions;

@@ -50,6 +50,7 @@ struct replay_summary {
   double mean_used_bytes = 0;              ///< time-weighted
   double mean_running = 0;                 ///< time-weighted
   double mean_waiting = 0;                 ///< time-weighted
+  memory_breakdown_means mean_breakdown;   ///< time-weighted, per part
   latency_summary ttft, tpot, e2e;         ///< milliseconds
   double simulated_seconds = 0;            ///< end of the last step
   double wall_seconds = 0;                 ///< host time of the replay

@@ -100,6 +100,7 @@ void replica::observe() {
   replica_state st;
   st.at = queue_.now();
   st.memory = s.memory;
+  st.breakdown = s.breakdown;
   st.running = static_cast<std::uint32_t>(running_.size());
   st.waiting = static_cast<std::uint32_t>(waiting_.size());
   tracker_.observe(st);

@@ -396,12 +396,19 @@ void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
   };
   out << fmt::format("trace: {} ({}), time scale {}\n", c["trace"].get<std::string>(), c["format"].get<std::string>(),
                      c["time_scale"].get<double>());
-  out << fmt::format("replica: {} on {} x{} ({}), policy {} over backend {}, {} layout, memory {}\n",
+  const auto& po = c["policy_options"];
+  out << fmt::format("replica: {} on {} x{} ({}), policy {} over backend {}, memory {}\n",
                      c["model"].get<std::string>(), c["gpu"].get<std::string>(), c["tp"].get<std::uint32_t>(),
                      c["chunked_prefill"].get<bool>() ? "chunked prefill" : "whole prefills",
-                     c["policy"].get<std::string>(), c["policy_options"]["backend"].get<std::string>(),
-                     c["policy_options"]["layout"].get<std::string>(),
+                     c["policy"].get<std::string>(), po.value("backend", std::string("none")),
                      c["memory"].is_string() ? c["memory"].get<std::string>() : gib_text(c["memory"].get<double>()));
+  std::string settings;
+  for (const auto& [key, value] : po.items()) {
+    if (key == "backend" || key == "memory_bytes" || !value.is_primitive()) continue;
+    settings += fmt::format("{}{} {}", settings.empty() ? "" : ", ", key,
+                            value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  out << fmt::format("policy options: {}\n", settings);
   out << fmt::format(
       "requests: {} ({} completed, {} rejected: {} over context, {} over memory; {} truncated), "
       "{} preemptions\n",
@@ -424,6 +431,14 @@ void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
       j["mean_internal_fragmentation"].get<double>(), j["peak_internal_fragmentation"].get<double>(),
       j["mean_sharing_saving"].get<double>(), gib_text(j["cow_bytes"].get<double>()),
       j["evictions"].get<std::uint64_t>());
+  const auto& mb = j["memory_breakdown"]["mean_bytes"];
+  out << fmt::format(
+      "memory breakdown (mean): used {}, internal {}, reserved idle {}, external {}, cached {}, free {}; "
+      "cached pinning {}, reclaimable {}\n",
+      gib_text(mb["used"].get<double>()), gib_text(mb["internal"].get<double>()),
+      gib_text(mb["reserved_idle"].get<double>()), gib_text(mb["external"].get<double>()),
+      gib_text(mb["cached"].get<double>()), gib_text(mb["free"].get<double>()),
+      gib_text(mb["cached_pinning"].get<double>()), gib_text(mb["reclaimable"].get<double>()));
   std::string calls;
   for (const auto& [kind, n] : j["vmm_calls"].items())
     calls += fmt::format("{}{} {}", calls.empty() ? "" : ", ", kind, n.get<std::uint64_t>());
