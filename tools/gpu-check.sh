@@ -4,7 +4,8 @@
 #      run instead of skipping; a GPU_SKIP there fails the check;
 #   2. `vtensor validate-gpu` on the three layouts;
 #   3. `vtensor replay --compare-backends sim,cuda` on the first 500 requests of the bundled
-#      excerpt, with lookahead 2 (the worker) and without (synchronous mapping).
+#      excerpt, with lookahead 2 (the worker) and without (synchronous mapping);
+#   4. the same for every other policy on device memory (paged, radix, static, vattention).
 # Usage: tools/gpu-check.sh BIN_DIR OUT_DIR   (BIN_DIR holds vtensor and vtensor_tests; shared
 # libraries they need may sit beside them; the tests read their data from the source tree the
 # binary was built from, so run this from that tree or a copy at the same path). Exit 0 when every
@@ -36,5 +37,11 @@ trace=traces/data/mooncake_conversation_excerpt.jsonl
 for lookahead in 2 0; do
   step "compare-lookahead$lookahead" "$bin/vtensor" replay --trace "$trace" --max-requests 500 --memory 16GiB \
     --step-time-scale 0.05 --lookahead "$lookahead" --compare-backends sim,cuda
+done
+for policy in paged radix static vattention; do
+  if "$bin/vtensor" replay --help 2>/dev/null | grep -q "$policy"; then
+    step "compare-$policy" "$bin/vtensor" replay --trace "$trace" --max-requests 500 --memory 16GiB \
+      --step-time-scale 0.05 --policy "$policy" --compare-backends sim,cuda
+  fi
 done
 exit $status
