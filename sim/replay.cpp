@@ -30,6 +30,7 @@ replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const
   };
   traces::trace_request next;
   std::uint64_t read = 0;
+  time_us first_arrival = 0, last_arrival = 0;
   const auto read_next = [&] {
     if (config.max_requests != 0 && read >= config.max_requests) return false;
     if (!reader.next(next)) return false;
@@ -38,6 +39,8 @@ replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const
   };
   std::function<void()> arrive = [&] {
     const time_us now = queue.now();
+    if (read == 1) first_arrival = now;
+    last_arrival = now;
     bool more = true;
     do {
       rep.submit(next, read - 1);
@@ -81,6 +84,9 @@ replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const
   s.ttft = summarize_latencies(rep.ttft_us());
   s.tpot = summarize_latencies(rep.tpot_us());
   s.e2e = summarize_latencies(rep.e2e_us());
+  s.queue = summarize_latencies(rep.queue_us());
+  s.first_arrival_seconds = static_cast<double>(first_arrival) / 1e6;
+  s.last_arrival_seconds = static_cast<double>(last_arrival) / 1e6;
   s.simulated_seconds = static_cast<double>(queue.now()) / 1e6;
   s.events = events;
   s.wall_seconds = wall();
@@ -108,6 +114,19 @@ nlohmann::ordered_json breakdown_json(const B& b) {
 }
 
 }  // namespace
+
+load_report load_of(const replay_summary& s, double time_scale) {
+  load_report l;
+  l.arrival_span_seconds = s.last_arrival_seconds - s.first_arrival_seconds;
+  l.drain_seconds = std::max(0.0, s.simulated_seconds - s.last_arrival_seconds);
+  const double busy = static_cast<double>(s.counters.busy_us) / 1e6;
+  if (l.arrival_span_seconds > 0) {
+    l.offered_load = busy / l.arrival_span_seconds;
+    l.overloaded = l.offered_load > 1 && l.drain_seconds > 0.1 * l.arrival_span_seconds;
+    l.keep_up_time_scale = time_scale * l.offered_load;
+  }
+  return l;
+}
 
 nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ordered_json& config, std::uint64_t seed,
                                     bool with_wall) {
@@ -157,6 +176,7 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   j["ttft_ms"] = latency_json(s.ttft);
   j["tpot_ms"] = latency_json(s.tpot);
   j["e2e_ms"] = latency_json(s.e2e);
+  j["queue_ms"] = latency_json(s.queue);
   j["throughput_tokens_per_s"] = per_second(static_cast<double>(c.output_tokens), s.simulated_seconds);
   j["prefill_tokens_per_s"] = per_second(static_cast<double>(c.prefill_tokens), s.simulated_seconds);
   j["steps"] = c.steps;
@@ -166,6 +186,13 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   j["peak_running"] = s.peak.running;
   j["mean_waiting"] = s.mean_waiting;
   j["peak_waiting"] = s.peak.waiting;
+  const double time_scale = config.contains("time_scale") ? config["time_scale"].get<double>() : 1.0;
+  const load_report l = load_of(s, time_scale);
+  j["load"] = {{"arrival_span_seconds", l.arrival_span_seconds},
+               {"drain_seconds", l.drain_seconds},
+               {"offered_load", l.offered_load},
+               {"overloaded", l.overloaded},
+               {"keep_up_time_scale", l.keep_up_time_scale}};
   j["simulated_seconds"] = s.simulated_seconds;
   j["events"] = s.events;
   if (with_wall) j["wall_seconds"] = s.wall_seconds;

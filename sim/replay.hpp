@@ -52,6 +52,9 @@ struct replay_summary {
   double mean_waiting = 0;                 ///< time-weighted
   memory_breakdown_means mean_breakdown;   ///< time-weighted, per part
   latency_summary ttft, tpot, e2e;         ///< milliseconds
+  latency_summary queue;                   ///< arrival to first admission, milliseconds
+  double first_arrival_seconds = 0;        ///< simulated (scaled) arrival of the first request
+  double last_arrival_seconds = 0;         ///< simulated (scaled) arrival of the last request
   double simulated_seconds = 0;            ///< end of the last step
   double wall_seconds = 0;                 ///< host time of the replay
   std::uint64_t events = 0;                ///< events run
@@ -71,6 +74,24 @@ struct replay_summary {
 /// so that two runs compare byte for byte), and more; `config` is inserted as given, then `seed`.
 [[nodiscard]] nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ordered_json& config,
                                                   std::uint64_t seed, bool with_wall = true);
+
+/// Note [Overload]
+/// A replica is overloaded when requests arrive faster than its steps serve them: the waiting
+/// queue grows for as long as requests arrive, and TTFT is mostly queueing. The summary's "load"
+/// says so from the run itself: offered load = busy step time / arrival span (the time from the
+/// first to the last arrival); the replay is reported overloaded when the offered load exceeds 1
+/// and the replica ran on after the last arrival for more than a tenth of the arrival span
+/// (draining its backlog). The time scale at which it would keep up is estimated as this run's
+/// time scale x the offered load: a lower bound, since at lighter load steps batch fewer
+/// requests and serve each token at a higher cost.
+struct load_report {
+  double arrival_span_seconds = 0;  ///< last arrival - first arrival
+  double drain_seconds = 0;         ///< end of the last step - last arrival
+  double offered_load = 0;          ///< busy step time / arrival span (0 with one arrival instant)
+  bool overloaded = false;          ///< see the note
+  double keep_up_time_scale = 0;    ///< estimated smallest --time-scale that keeps up (lower bound)
+};
+[[nodiscard]] load_report load_of(const replay_summary& s, double time_scale);
 
 /// Parses a byte size: an integer or decimal number with an optional unit (B, KB, MB, GB, TB
 /// in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024), or "unlimited" (UINT64_MAX).

@@ -168,6 +168,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
     if (!r.admitted_before) {
       r.admitted_before = true;
       r.first_hit = a.hit_tokens;
+      queue_us_.push_back(queue_.now() - r.arrival);
       counters_.admitted_prompt_tokens += r.prompt;
       counters_.hit_tokens += a.hit_tokens;
     }

@@ -183,6 +183,8 @@ class replica {
   [[nodiscard]] std::vector<std::uint64_t>& ttft_us() { return ttft_us_; }
   [[nodiscard]] std::vector<std::uint64_t>& tpot_us() { return tpot_us_; }
   [[nodiscard]] std::vector<std::uint64_t>& e2e_us() { return e2e_us_; }
+  /// Queueing delays: from arrival to first admission, microseconds (admitted requests).
+  [[nodiscard]] std::vector<std::uint64_t>& queue_us() { return queue_us_; }
   /// Closes the state tracker at queue.now().
   void close();
 
@@ -223,7 +225,7 @@ class replica {
   std::chrono::steady_clock::time_point step_wall_start_;  // measured only, never decides
   replica_counters counters_;
   state_tracker tracker_;
-  std::vector<std::uint64_t> ttft_us_, tpot_us_, e2e_us_;
+  std::vector<std::uint64_t> ttft_us_, tpot_us_, e2e_us_, queue_us_;
 };
 
 }  // namespace vtensor::sim

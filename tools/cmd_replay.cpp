@@ -451,6 +451,20 @@ void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
       j["throughput_tokens_per_s"].get<double>(), j["prefill_tokens_per_s"].get<double>(),
       j["steps"].get<std::uint64_t>(), 100 * j["busy_fraction"].get<double>(), j["mean_running"].get<double>(),
       j["mean_waiting"].get<double>());
+  const auto& load = j["load"];
+  if (load["overloaded"].get<bool>()) {
+    out << fmt::format(
+        "overloaded: {:.0f} s of steps for {:.0f} s of arrivals (offered load {:.2f}), {:.0f} s of backlog "
+        "after the last arrival; TTFT is mostly queueing (queue p50 {:.1f} ms of TTFT p50 {:.1f} ms); it would "
+        "keep up at --time-scale {:.2f} or more (a lower bound)\n",
+        j["busy_fraction"].get<double>() * j["simulated_seconds"].get<double>(),
+        load["arrival_span_seconds"].get<double>(), load["offered_load"].get<double>(),
+        load["drain_seconds"].get<double>(), j["queue_ms"]["p50"].get<double>(), j["ttft_ms"]["p50"].get<double>(),
+        load["keep_up_time_scale"].get<double>());
+  } else {
+    out << fmt::format("load: offered {:.2f} (busy step time over the arrival span); queue p50 {:.1f} ms\n",
+                       load["offered_load"].get<double>(), j["queue_ms"]["p50"].get<double>());
+  }
   out << fmt::format("simulated {:.1f} s in {:.2f} s wall\n", j["simulated_seconds"].get<double>(),
                      j.contains("wall_seconds") ? j["wall_seconds"].get<double>() : 0.0);
 }
