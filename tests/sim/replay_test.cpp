@@ -252,3 +252,33 @@ TEST_CASE("replay: byte sizes") {
   CHECK_THROWS_AS((void)sim::parse_byte_size("-5GiB"), std::invalid_argument);
   CHECK_THROWS_AS((void)sim::parse_byte_size("5 parsecs"), std::invalid_argument);
 }
+
+TEST_CASE("replay: the load report flags an overloaded replica and estimates the time scale that keeps up") {
+  // 40 requests of 4,000 prompt tokens and 200 output tokens. Packed one millisecond apart they
+  // arrive far faster than an H200 serves them; spread 20 s apart each finds the replica idle.
+  std::vector<std::string> dense, sparse;
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    dense.push_back(mooncake_line(i, 4000, 200, 1000 * (i + 1)));
+    sparse.push_back(mooncake_line(i * 20'000, 4000, 200, 1000 * (i + 1)));
+  }
+  const auto config = llama_replay();
+  const sim::replay_summary d = replay_file(write_trace("load_dense.jsonl", dense), llama_policy(k_unlimited), config);
+  const sim::load_report ld = sim::load_of(d, 1.0);
+  CHECK(ld.arrival_span_seconds == doctest::Approx(0.039));
+  CHECK(ld.overloaded);
+  CHECK(ld.offered_load > 1);
+  CHECK(ld.keep_up_time_scale == doctest::Approx(ld.offered_load));
+  CHECK(d.queue.count == 40);
+  CHECK(d.queue.p50 > 0);
+
+  const sim::replay_summary s =
+      replay_file(write_trace("load_sparse.jsonl", sparse), llama_policy(k_unlimited), config);
+  const sim::load_report ls = sim::load_of(s, 1.0);
+  CHECK(ls.arrival_span_seconds == doctest::Approx(780.0));
+  CHECK_FALSE(ls.overloaded);
+  CHECK(ls.offered_load < 0.1);
+  CHECK(s.queue.p99 == 0);  // every request is admitted the instant it arrives
+  const auto j = sim::summary_json(s, {{"time_scale", 1.0}}, 0, false);
+  CHECK(j["load"]["overloaded"] == false);
+  CHECK(j["queue_ms"]["count"] == 40);
+}
