@@ -1,5 +1,7 @@
 #include "core/manager.hpp"
 
+#include <algorithm>
+
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -17,11 +19,23 @@ manager::~manager() {
   }
 }
 
-// In a build with expensive checks every operation is followed by the whole invariant walk. It
-// does not settle first: it must not change what the worker does (Note [Checking with jobs in
-// flight] in operations.cpp).
+// Note [Sampled expensive checks]
+// In a build with expensive checks operations are followed by the whole invariant walk, whose cost
+// grows with the state it walks (mappings, rTree nodes). Walking after every operation made a
+// replay of a few hundred requests quadratic (a sanitizer run of the replay tests took over
+// 1,500 s each). So the walk runs after every operation while the state is small (at most
+// k_check_budget mappings and nodes), and after one operation in ceil(size / k_check_budget)
+// beyond: the amortised cost per operation stays about k_check_budget, and every broken
+// invariant that lasts is still found, at most a period late. Shutdown and explicit
+// check_invariants() calls always walk. The walk does not settle first: it must not change what
+// the worker does (Note [Checking with jobs in flight] in operations.cpp).
 void manager::after_op() const {
 #ifdef VTENSOR_EXPENSIVE_CHECKS
+  constexpr std::uint64_t k_check_budget = 4096;
+  const std::uint64_t size = scheduler_.ops().mappings().size() + scheduler_.ops().tree().node_count();
+  const std::uint64_t period = std::max<std::uint64_t>(1, (size + k_check_budget - 1) / k_check_budget);
+  if (++ops_since_check_ < period) return;
+  ops_since_check_ = 0;
   scheduler_.check_invariants();
 #endif
 }

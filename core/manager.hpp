@@ -108,6 +108,7 @@ class manager {
 
   kv_geometry geometry_;
   mutable std::mutex mutex_;
+  mutable std::uint64_t ops_since_check_ = 0;  // Note [Sampled expensive checks]
   scheduler scheduler_;
 };
 

@@ -39,8 +39,9 @@ class device_pool {
   device_pool(const device_pool&) = delete;
   device_pool& operator=(const device_pool&) = delete;
 
-  /// Virtual range reserved for unlimited budgets: 1 TiB (more than any GPU holds).
-  static constexpr std::uint64_t unlimited_reserve_bytes = std::uint64_t{1} << 40;
+  /// Virtual range reserved for unlimited budgets: 64 TiB (an infinite cache of a whole trace
+  /// can outgrow any GPU; the sim window holds 112 TiB).
+  static constexpr std::uint64_t unlimited_reserve_bytes = std::uint64_t{1} << 46;
 
   /// Maps chunks until at least `bytes` are backed; false when the device (or the reserved
   /// range) is out of room, with what was mapped kept. A no-op when `bytes` are backed already.
