@@ -64,16 +64,22 @@ model_compute model_compute_preset(std::string_view name, std::uint32_t tp) {
   return m;
 }
 
-step_cost roofline(const model_compute& model, const gpu_preset& gpu, const step_work& work, double overhead_s) {
+step_cost roofline(const model_compute& model, const gpu_preset& gpu, const step_work& work, double overhead_s,
+                   attention_factors factors) {
   const double tp = model.tp;
-  const double flops = 2.0 * model.params * static_cast<double>(work.computed_tokens) +
-                       4.0 * model.layers * model.hidden * static_cast<double>(work.attended_pairs);
-  const double kv_bytes = static_cast<double>(model.kv_bytes_per_token_per_gpu()) *
-                          static_cast<double>(work.kv_read_tokens + work.kv_write_tokens);
-  const double bytes = static_cast<double>(model.weight_bytes_per_gpu()) + kv_bytes;
+  const double kv_per_token = static_cast<double>(model.kv_bytes_per_token_per_gpu());
+  const auto attention = [&](const attention_work& a) {
+    roofline_sides r;
+    r.compute_s = 4.0 * model.layers * model.hidden * static_cast<double>(a.attended_pairs) / tp / gpu.flop_rate;
+    r.memory_s = kv_per_token * static_cast<double>(a.kv_read_tokens + a.kv_write_tokens) / gpu.bandwidth;
+    return r;
+  };
   step_cost c;
-  c.compute_s = flops / tp / gpu.flop_rate;
-  c.memory_s = bytes / gpu.bandwidth;
+  c.linear.compute_s = 2.0 * model.params * static_cast<double>(work.computed_tokens) / tp / gpu.flop_rate;
+  c.linear.memory_s = static_cast<double>(model.weight_bytes_per_gpu()) / gpu.bandwidth;
+  c.prefill_attention = attention(work.prefill);
+  c.decode_attention = attention(work.decode);
+  c.factors = factors;
   c.overhead_s = overhead_s;
   return c;
 }

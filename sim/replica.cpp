@@ -228,7 +228,7 @@ void replica::start_step() {
 void replica::run_step(step_record& rec) {
   step_work work;
   for (const batch_entry& e : batch_) {
-    work.add_sequence(e.r->kv_tokens, e.tokens);
+    work.add_sequence(e.r->kv_tokens, e.tokens, e.decode);
     if (e.decode) {
       ++rec.decode_seqs;
     } else {
@@ -236,7 +236,7 @@ void replica::run_step(step_record& rec) {
       rec.prefill_tokens += e.tokens;
     }
   }
-  const step_cost cost = roofline(model_, gpu_, work, config_.step_overhead_s);
+  const step_cost cost = roofline(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors);
   const auto duration =
       static_cast<time_us>(std::ceil(cost.total_s() * 1e6)) + std::chrono::ceil<sim_us>(rec.vmm_critical).count();
 
@@ -244,8 +244,8 @@ void replica::run_step(step_record& rec) {
   rec.start = queue_.now();
   rec.duration_us = std::max<time_us>(duration, 1);
   rec.preempted = step_preempted_;
-  rec.compute_us = cost.compute_s * 1e6;
-  rec.memory_us = cost.memory_s * 1e6;
+  rec.compute_us = cost.compute_s() * 1e6;
+  rec.memory_us = cost.memory_s() * 1e6;
   const auto calls_now = policy_.stats().vmm.calls;
   for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
   last_step_calls_ = calls_now;

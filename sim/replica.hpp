@@ -86,8 +86,9 @@ struct replica_config {
   std::uint64_t max_context_tokens = 131072;  ///< prompt + output at most
   over_context_policy over_context = over_context_policy::reject;  ///< longer requests
   double step_overhead_s = k_default_step_overhead_s;              ///< fixed cost per step
-  time_us sample_interval_us = 1'000'000;                          ///< state sample grid (0: none)
-  bool check_every_step = false;                                   ///< check_invariants() after each step (debug)
+  attention_factors kernel_factors;        ///< the policy's attention kernel factors (Note [Kernel factors])
+  time_us sample_interval_us = 1'000'000;  ///< state sample grid (0: none)
+  bool check_every_step = false;           ///< check_invariants() after each step (debug)
 };
 
 /// One step, as the observers see it.
@@ -100,8 +101,8 @@ struct step_record {
   std::uint64_t prefill_tokens = 0;                         ///< prefill tokens computed
   std::uint32_t admitted = 0;                               ///< requests admitted by this step
   std::uint32_t preempted = 0;                              ///< requests preempted while building it
-  double compute_us = 0;                                    ///< roofline compute side
-  double memory_us = 0;                                     ///< roofline memory side
+  double compute_us = 0;                                    ///< roofline compute side (all kernels)
+  double memory_us = 0;                                     ///< roofline memory side (all kernels)
   sim_ns vmm_critical{};                                    ///< VMM time added to the step
   sim_ns vmm_total{};                                       ///< VMM time charged while building it (critical or not)
   std::array<std::uint64_t, k_vmm_call_kinds> vmm_calls{};  ///< VMM calls by kind since the previous step was built

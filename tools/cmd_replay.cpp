@@ -7,6 +7,7 @@
 #include "backends/registry.hpp"
 #include "core/eviction_policy.hpp"
 #include "core/manager.hpp"
+#include "sim/kernel_factors.hpp"
 #include "sim/outputs.hpp"
 #include "sim/policy_registry.hpp"
 #include "sim/replay.hpp"
@@ -71,6 +72,7 @@ struct replay_options {
   nlohmann::ordered_json memory_json;
   sim::replay_config config;
   double overhead_ms = 0;
+  sim::kernel_factor_set kernel_factors;  // the selected set (the policy's factors are in config.replica)
   double sample_ms = 0;
   std::uint64_t seed = 0;
   bool with_wall = true;
@@ -102,8 +104,10 @@ po::options_description workload_options() {
       "over-context", po::value<std::string>()->default_value("reject"),
       ("longer requests: " + sim::k_over_context_policy_names.list(" or ")).c_str())(
       "step-overhead-ms", po::value<double>()->default_value(sim::k_default_step_overhead_s * 1e3),
-      "fixed cost per step, ms")("sample-ms", po::value<double>()->default_value(1000.0),
-                                 "time-series sample interval, simulated ms");
+      "fixed cost per step, ms")("kernel-factors", po::value<std::string>()->default_value("modern"),
+                                 "attention kernel factors of paged layouts: modern, 2024, or a JSON file "
+                                 "(docs/kernel-factors.md)")("sample-ms", po::value<double>()->default_value(1000.0),
+                                                             "time-series sample interval, simulated ms");
   return o;
 }
 
@@ -329,6 +333,12 @@ void parse_replica(const po::variables_map& v, replay_options& o) {
   o.overhead_ms = get<double>(v, "step-overhead-ms");
   if (!(o.overhead_ms >= 0)) throw usage_error("--step-overhead-ms must not be negative");
   c.replica.step_overhead_s = o.overhead_ms / 1e3;
+  try {
+    o.kernel_factors = sim::load_kernel_factors(get<std::string>(v, "kernel-factors"));
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  c.replica.kernel_factors = o.kernel_factors.of(o.policy_name);
   o.sample_ms = get<double>(v, "sample-ms");
   if (!(o.sample_ms > 0)) throw usage_error("--sample-ms must be positive");
   c.replica.sample_interval_us = static_cast<sim::time_us>(o.sample_ms * 1e3);
@@ -409,6 +419,11 @@ void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
                             value.is_string() ? value.get<std::string>() : value.dump());
   }
   out << fmt::format("policy options: {}\n", settings);
+  if (c.contains("kernel_factors")) {
+    const auto& kf = c["kernel_factors"];
+    out << fmt::format("attention kernel factors: set {}, prefill {:.2f}, decode {:.2f}\n",
+                       kf["set"].get<std::string>(), kf["prefill"].get<double>(), kf["decode"].get<double>());
+  }
   out << fmt::format(
       "requests: {} ({} completed, {} rejected: {} over context, {} over memory; {} truncated), "
       "{} preemptions\n",
@@ -594,6 +609,9 @@ nlohmann::ordered_json run_config_json(const replay_options& o, const sim::kv_po
   cfg["max_context_tokens"] = config.replica.max_context_tokens;
   cfg["over_context"] = std::string(sim::to_string(config.replica.over_context));
   cfg["step_overhead_ms"] = o.overhead_ms;
+  cfg["kernel_factors"] = {{"set", o.kernel_factors.name},
+                           {"prefill", config.replica.kernel_factors.prefill},
+                           {"decode", config.replica.kernel_factors.decode}};
   cfg["sample_ms"] = o.sample_ms;
   const scheduler_config sched = sim::vtensor_options(p).manager.scheduler;
   cfg["vmm_critical_path"] = !sched.runs_worker() ? "all VMM calls (synchronous mapping)"

@@ -17,7 +17,7 @@ namespace {
 
 time_us step_us(const model_compute& m, const gpu_preset& g, std::uint64_t context, std::uint64_t tokens) {
   step_work w;
-  w.add_sequence(context, tokens);
+  w.add_sequence(context, tokens, tokens == 1 && context > 0);
   return static_cast<time_us>(std::ceil(roofline(m, g, w, k_default_step_overhead_s).total_s() * 1e6));
 }
 
