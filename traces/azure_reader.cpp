@@ -1,5 +1,6 @@
 #include "traces/azure_reader.hpp"
 
+#include "traces/csv_cells.hpp"
 #include "traces/trace_error.hpp"
 
 #include <fmt/format.h>
@@ -15,22 +16,8 @@ constexpr std::string_view timestamp_name = "TIMESTAMP";
 constexpr std::string_view context_name = "ContextTokens";
 constexpr std::string_view generated_name = "GeneratedTokens";
 
-std::string_view trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(" \t");
-  return text.substr(first, last - first + 1);
-}
-
-void split_csv(std::string_view line, std::vector<std::string_view>& cells) {
-  cells.clear();
-  for (;;) {
-    const auto comma = line.find(',');
-    cells.push_back(trim(line.substr(0, comma)));
-    if (comma == std::string_view::npos) return;
-    line.remove_prefix(comma + 1);
-  }
-}
+using csv::split;
+using csv::trim;
 
 // Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (H. Hinnant's algorithm).
 std::int64_t days_from_civil(std::int64_t year, unsigned month, unsigned day) noexcept {
@@ -114,10 +101,9 @@ azure_reader::azure_reader(std::string path)
     line = lines_.next();
     if (!line) throw trace_error(lines_.path(), 0, "", "empty file: expected a CSV header");
   } while (trim(*line).empty());
-  std::string_view header = *line;
-  if (header.substr(0, 3) == "\xEF\xBB\xBF") header.remove_prefix(3);
+  const std::string_view header = csv::without_bom(*line);
   std::vector<std::string_view> cells;
-  split_csv(header, cells);
+  split(header, cells);
   columns_ = cells.size();
   const auto column = [&](std::string_view name) {
     for (std::size_t i = 0; i < cells.size(); ++i) {
@@ -143,7 +129,7 @@ bool azure_reader::do_next(trace_request& request) {
   };
 
   std::vector<std::string_view>& cells = cells_;
-  split_csv(*line, cells);
+  split(*line, cells);
   if (cells.size() != columns_) {
     fail("", fmt::format("expected {} columns, got {}", columns_, cells.size()));
   }

@@ -4,6 +4,7 @@
 #include "traces/line_reader.hpp"
 #include "traces/mooncake_reader.hpp"
 #include "traces/trace_error.hpp"
+#include "traces/vidur_reader.hpp"
 #include "traces/vtensor_reader.hpp"
 
 #include <fmt/format.h>
@@ -60,10 +61,12 @@ trace_format detect_trace_format(const std::string& path) {
       }
     } else if (text.substr(0, 9) == "TIMESTAMP") {
       return trace_format::azure;
+    } else if (text.find("num_prefill_tokens") != std::string_view::npos) {
+      return trace_format::vidur;
     }
     throw trace_error(path, lines.line_number(), "",
                       "cannot tell the trace format from this line (expected a Mooncake or "
-                      "vtensor JSON object or an Azure CSV header); name it with --format");
+                      "vtensor JSON object, an Azure CSV header or a Vidur CSV header); name it with --format");
   }
   throw trace_error(path, 0, "", "empty trace: cannot tell its format");
 }
@@ -75,6 +78,7 @@ std::unique_ptr<trace_reader> open_trace(const std::string& path, std::optional<
     case trace_format::mooncake: return std::make_unique<mooncake_reader>(path, options);
     case trace_format::azure: return std::make_unique<azure_reader>(path);
     case trace_format::vtensor: return std::make_unique<vtensor_reader>(path, options);
+    case trace_format::vidur: return std::make_unique<vidur_reader>(path);
   }
   throw trace_error(path, 0, "", "unknown trace format");
 }

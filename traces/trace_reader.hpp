@@ -16,13 +16,16 @@ enum class trace_format {
   mooncake,  ///< Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids
   azure,     ///< Azure LLM inference CSV: TIMESTAMP, ContextTokens, GeneratedTokens
   vtensor,   ///< vtensor's own JSONL (optional header line, then one request a line)
+  vidur,     ///< Vidur / Splitwise CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens
 };
 
 /// The formats' names, as users type them ("auto" is not one: it asks for detection).
-inline constexpr enum_names<trace_format, 3> k_trace_format_names{
-    {{{trace_format::mooncake, "mooncake"}, {trace_format::azure, "azure"}, {trace_format::vtensor, "vtensor"}}}};
+inline constexpr enum_names<trace_format, 4> k_trace_format_names{{{{trace_format::mooncake, "mooncake"},
+                                                                    {trace_format::azure, "azure"},
+                                                                    {trace_format::vtensor, "vtensor"},
+                                                                    {trace_format::vidur, "vidur"}}}};
 
-/// "mooncake", "azure" or "vtensor".
+/// "mooncake", "azure", "vtensor" or "vidur".
 [[nodiscard]] inline std::string_view to_string(trace_format format) noexcept {
   return k_trace_format_names.name(format);
 }
@@ -92,7 +95,8 @@ class trace_reader {
 
 /// Tells a file's format from its first non-empty line: `{` with "hash_ids" is Mooncake, `{`
 /// with "vtensor-trace" or "arrival_us" is vtensor, a CSV header starting with TIMESTAMP is
-/// Azure. Throws trace_error when the file cannot be read or the line matches none.
+/// Azure, a CSV header naming num_prefill_tokens is Vidur. Throws trace_error when the file cannot be read or the line
+/// matches none.
 [[nodiscard]] trace_format detect_trace_format(const std::string& path);
 
 /// Opens a reader for `path`; `format` nullopt detects it from the content. Throws trace_error

@@ -174,3 +174,30 @@ TEST_CASE("vtensor: unknown field and unsupported version") {
   check_error("vtensor_unknown_field.jsonl", 2, "input_token", "unknown field");
   check_error("vtensor_bad_version.jsonl", 1, "version", "not supported");
 }
+
+TEST_CASE("vidur reader: seconds to microseconds, integral decimals, extra columns ignored") {
+  auto reader = vt::open_trace(data("vidur_small.csv"), std::nullopt);
+  CHECK(reader->format() == vt::trace_format::vidur);
+  CHECK(reader->block_tokens() == 0);
+  const auto requests = read_all(*reader);
+  REQUIRE(requests.size() == 4);
+  CHECK(requests[0].arrival_us == 0);
+  CHECK(requests[0].input_tokens == 1200);
+  CHECK(requests[0].output_tokens == 50);
+  CHECK(requests[1].arrival_us == 0);
+  CHECK(requests[1].input_tokens == 300);    // written 300.0 by pandas
+  CHECK(requests[2].arrival_us == 750'001);  // 1.2500005 - 0.5 s, rounded to the nearest microsecond
+  CHECK(requests[2].line == 5);              // the blank line counts
+  CHECK(requests[3].arrival_us == 2'500'000);
+  CHECK(requests[3].output_tokens == 0);
+  CHECK(requests[3].session == 3);
+  CHECK(requests[3].block_keys.empty());
+  CHECK(vt::parse_trace_format("vidur") == vt::trace_format::vidur);
+}
+
+TEST_CASE("vidur reader: bad rows and headers name file, line and column") {
+  check_error("vidur_backwards.csv", 3, "arrived_at", "backwards");
+  check_error("vidur_fraction.csv", 3, "num_prefill_tokens", "whole number");
+  check_error("vidur_negative.csv", 2, "num_decode_tokens", "negative");
+  check_error("vidur_no_arrival.csv", 1, "arrived_at", "missing column");
+}
