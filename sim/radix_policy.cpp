@@ -41,6 +41,7 @@ radix_policy::radix_policy(const kv_policy_options& options)
       page_bytes_(bytes_per_token_ * page_tokens_),
       pool_(std::make_unique<device_pool>(options.backend, vtensor_options(options).device, options.memory_bytes)) {
   nodes_.emplace_back().live = true;  // the root: holds no token, never locked, never evicted
+  startup_ns_ = pool_->backend().step_side().total_model_ns();
   sync_pool_pages();
   if (pool_->preallocated() && total_pages_ == 0) {
     throw std::invalid_argument(fmt::format("radix policy: a KV budget of {} bytes holds no page of {} bytes",
@@ -56,6 +57,7 @@ radix_policy::radix_policy(const kv_policy_options& options, std::unique_ptr<vmm
       page_bytes_(bytes_per_token_ * page_tokens_),
       pool_(std::make_unique<device_pool>(std::move(inner), model, options.memory_bytes)) {
   nodes_.emplace_back().live = true;
+  startup_ns_ = pool_->backend().step_side().total_model_ns();
   sync_pool_pages();
   if (pool_->preallocated() && total_pages_ == 0) {
     throw std::invalid_argument(fmt::format("radix policy: a KV budget of {} bytes holds no page of {} bytes",
@@ -476,9 +478,7 @@ kv_stats radix_policy::do_stats() const {
   return s;
 }
 
-sim_ns radix_policy::do_vmm_time() const {
-  return sim_ns{pool_->backend().step_side().total_model_ns() - pool_->startup_vmm_ns()};
-}
+sim_ns radix_policy::do_vmm_time() const { return sim_ns{pool_->backend().step_side().total_model_ns() - startup_ns_}; }
 
 std::optional<vmm_split_report> radix_policy::do_vmm_report() const {
   vmm_split_report r;

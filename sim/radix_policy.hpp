@@ -163,6 +163,7 @@ class radix_policy final : public kv_policy {
   std::uint32_t page_tokens_ = 1;
   std::uint64_t page_bytes_ = 0;
   std::unique_ptr<device_pool> pool_;
+  std::uint64_t startup_ns_ = 0;  // modelled VMM time of the pool's construction (reserve + preallocation)
 
   std::uint64_t total_pages_ = 0, free_pages_ = 0;
   std::uint64_t locked_pages_ = 0, unlocked_pages_ = 0;
