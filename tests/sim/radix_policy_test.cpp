@@ -97,7 +97,7 @@ TEST_SUITE("radix_policy") {
 
     p.release(request_id{1}, release_reason::finished);
     CHECK(p.locked_pages() == 1024);
-    CHECK(p.cached_pages() == 512);           // its own [512, 1024) stays as cache
+    CHECK(p.cached_pages() == 512);                   // its own [512, 1024) stays as cache
     CHECK(p.free_pages() == 2048 - 1100 - 518 + 76);  // its unkeyed tokens go back
     check(p);
     p.release(request_id{2}, release_reason::preempted);  // a retracted request's prompt stays too
