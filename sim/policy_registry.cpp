@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "sim/radix_policy.hpp"
 #include "sim/static_policy.hpp"
 #include "sim/vtensor_policy.hpp"
 
@@ -30,10 +31,11 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o) {
 
 std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy_options& o) {
   if (name == "vtensor") return std::make_unique<vtensor_policy>(vtensor_options(o));
+  if (name == "radix") return std::make_unique<radix_policy>(o);
   if (name == "static") return std::make_unique<static_policy>(o);
   throw std::invalid_argument(fmt::format("unknown policy '{}' (known: {})", name, fmt::join(kv_policy_names(), ", ")));
 }
 
-std::vector<std::string> kv_policy_names() { return {"vtensor", "static"}; }
+std::vector<std::string> kv_policy_names() { return {"vtensor", "radix", "static"}; }
 
 }  // namespace vtensor::sim
