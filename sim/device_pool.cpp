@@ -20,9 +20,10 @@ device_pool::device_pool(std::unique_ptr<vmm_backend> inner, const latency_model
     throw std::invalid_argument(
         fmt::format("a KV budget of {} bytes holds no whole {} MiB chunk", max_bytes, k_chunk_bytes / k_mib));
   }
-  base_ = backend_->reserve(range_bytes_);
-  if (!preallocated_) return;
   const std::uint64_t before = backend_->step_side().total_model_ns();
+  base_ = backend_->reserve(range_bytes_);
+  startup_vmm_ns_ = backend_->step_side().total_model_ns() - before;  // the reserve, start-up work either way
+  if (!preallocated_) return;
   try {
     if (!grow_to(range_bytes_)) {
       throw std::runtime_error(fmt::format("the {} backend could back only {} of the {} bytes of the KV budget",

@@ -57,7 +57,8 @@ class device_pool {
   /// The accounting adaptor (counters, the step/worker split, prices).
   [[nodiscard]] accounting_backend& backend() { return *backend_; }
   [[nodiscard]] const accounting_backend& backend() const { return *backend_; }
-  /// Modelled VMM time of the constructor's preallocation (0 when growing on demand).
+  /// Modelled VMM time of the constructor's work: the reserve, and the preallocation when the
+  /// budget is finite.
   [[nodiscard]] std::uint64_t startup_vmm_ns() const { return startup_vmm_ns_; }
 
  private:

@@ -56,9 +56,10 @@ double factor_field(const nlohmann::json& entry, const char* key, const std::str
   if (!v.is_number()) throw std::invalid_argument(fmt::format("{}.{}: not a number", where, key));
   const double x = v.get<double>();
   if (!std::isfinite(x) || x < 1.0) {
-    throw std::invalid_argument(fmt::format("{}.{}: {} is below 1 (a factor slows attention down, never speeds "
-                                            "it up against the contiguous kernels the roofline prices)",
-                                            where, key, x));
+    throw std::invalid_argument(
+        fmt::format("{}.{}: {} is below 1 (a factor slows attention down, never speeds "
+                    "it up against the contiguous kernels the roofline prices)",
+                    where, key, x));
   }
   return x;
 }

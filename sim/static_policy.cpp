@@ -80,8 +80,8 @@ void first_fit_arena::check(std::uint64_t allocated_slots) const {
     throw std::logic_error(fmt::format("first fit: free extents sum to {} slots, count says {}", sum, free_));
   }
   if (free_ + allocated_slots != capacity_) {
-    throw std::logic_error(fmt::format("first fit: {} free + {} allocated != {} slots", free_, allocated_slots,
-                                       capacity_));
+    throw std::logic_error(
+        fmt::format("first fit: {} free + {} allocated != {} slots", free_, allocated_slots, capacity_));
   }
 }
 
@@ -198,10 +198,13 @@ std::unique_ptr<arena_allocator> make_arena(arena_fit fit) {
 }  // namespace
 
 static_policy::static_policy(const kv_policy_options& options)
-    : static_policy(options, std::make_unique<device_pool>(options.backend, device_config(options), options.memory_bytes)) {}
+    : static_policy(options,
+                    std::make_unique<device_pool>(options.backend, device_config(options), options.memory_bytes)) {}
 
 static_policy::static_policy(const kv_policy_options& options, std::unique_ptr<device_pool> pool)
-    : options_(options), bytes_per_token_(options.kv.kv_bytes_per_token()), pool_(std::move(pool)),
+    : options_(options),
+      bytes_per_token_(options.kv.kv_bytes_per_token()),
+      pool_(std::move(pool)),
       arena_(make_arena(options.arena)) {
   if (bytes_per_token_ == 0) throw std::invalid_argument("static policy: one token's KV is 0 bytes");
   if (options_.max_context_tokens == 0) throw std::invalid_argument("static policy: --max-context is 0");
@@ -217,12 +220,9 @@ void static_policy::sync_capacity() {
 
 std::uint64_t static_policy::reservation_for(std::uint64_t max_tokens) const {
   switch (options_.reserve) {
-    case static_reserve::max:
-      return options_.max_context_tokens;
-    case static_reserve::pow2:
-      return std::bit_ceil(max_tokens);
-    case static_reserve::exact:
-      break;
+    case static_reserve::max: return options_.max_context_tokens;
+    case static_reserve::pow2: return std::bit_ceil(max_tokens);
+    case static_reserve::exact: break;
   }
   return max_tokens;
 }
@@ -242,8 +242,8 @@ std::uint64_t static_policy::offset_of(request_id id) const {
 kv_admit_result static_policy::do_admit(const kv_request& r) {
   if (live_.contains(r.id)) throw std::invalid_argument(fmt::format("static policy: request {} is live", r.id.value));
   if (r.prompt_tokens == 0 || r.max_tokens < r.prompt_tokens) {
-    throw std::invalid_argument(fmt::format("static policy: request {}: prompt {} tokens, max {}", r.id.value,
-                                            r.prompt_tokens, r.max_tokens));
+    throw std::invalid_argument(
+        fmt::format("static policy: request {}: prompt {} tokens, max {}", r.id.value, r.prompt_tokens, r.max_tokens));
   }
   const std::uint64_t want = reservation_for(r.max_tokens);
   if (want < r.max_tokens) {

@@ -34,9 +34,9 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -151,9 +151,9 @@ class static_policy final : public kv_policy {
   std::unique_ptr<device_pool> pool_;
   std::unique_ptr<arena_allocator> arena_;
   std::unordered_map<request_id, region> live_;
-  std::uint64_t tokens_ = 0;       // written, over live requests
-  std::uint64_t max_tokens_ = 0;   // prompt + output, over live requests
-  std::uint64_t granted_ = 0;      // slots held, over live requests
+  std::uint64_t tokens_ = 0;      // written, over live requests
+  std::uint64_t max_tokens_ = 0;  // prompt + output, over live requests
+  std::uint64_t granted_ = 0;     // slots held, over live requests
   std::uint64_t prompt_tokens_ = 0;
 };
 

@@ -77,7 +77,8 @@ bool vidur_reader::do_next(trace_request& request) {
   if (!seconds || !std::isfinite(*seconds)) fail(arrival_name, fmt::format("expected seconds, got \"{}\"", stamp));
   if (*seconds < 0) fail(arrival_name, fmt::format("negative arrival {}", stamp));
   if (!first_s_) first_s_ = *seconds;
-  if (*seconds < *first_s_) fail(arrival_name, fmt::format("arrival goes backwards: {} is before the first row's", stamp));
+  if (*seconds < *first_s_)
+    fail(arrival_name, fmt::format("arrival goes backwards: {} is before the first row's", stamp));
   const double us = std::round((*seconds - *first_s_) * 1e6);
   if (us > 1.8e19) fail(arrival_name, fmt::format("arrival {} is too large", stamp));
   request.arrival_us = static_cast<std::uint64_t>(us);

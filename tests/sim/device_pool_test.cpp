@@ -31,9 +31,14 @@ TEST_SUITE("device_pool") {
     device_pool pool("sim", cfg, std::numeric_limits<std::uint64_t>::max());
     CHECK_FALSE(pool.preallocated());
     CHECK(pool.physical_bytes() == 0);
+    // Start-up is the reserve alone: everything charged so far.
+    const std::uint64_t startup = pool.backend().step_side().total_model_ns();
+    CHECK(startup > 0);
+    CHECK(pool.startup_vmm_ns() == startup);
     CHECK(pool.grow_to(3 * k_chunk_bytes + 1));
     CHECK(pool.physical_bytes() == 4 * k_chunk_bytes);
-    CHECK(pool.startup_vmm_ns() == 0);
+    CHECK(pool.startup_vmm_ns() == startup);  // growth is not start-up work
+    CHECK(pool.backend().step_side().total_model_ns() > startup);
   }
 
   TEST_CASE("a device smaller than the budget fails naming both sizes") {

@@ -139,7 +139,8 @@ TEST_SUITE("static_policy") {
   }
 
   TEST_CASE("static with an unlimited budget grows its arena by chunks on demand") {
-    kv_policy_options o = static_options(std::numeric_limits<std::uint64_t>::max(), static_reserve::max, arena_fit::buddy);
+    kv_policy_options o =
+        static_options(std::numeric_limits<std::uint64_t>::max(), static_reserve::max, arena_fit::buddy);
     o.zero_latency = false;
     static_policy p(o);
     CHECK(p.stats().memory.physical_bytes == 0);
@@ -206,12 +207,13 @@ TEST_SUITE("static_policy") {
   TEST_CASE("static refuses to start when the device cannot map its arena, holding nothing") {
     const auto left = std::make_shared<vmm_live>(vmm_live{99, 99, 99});
     const kv_policy_options o = static_options(64 * k_mib, static_reserve::exact, arena_fit::first_fit);
-    auto faulty =
-        std::make_unique<fault_injection_backend>(std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::zero()), 1);
+    auto faulty = std::make_unique<fault_injection_backend>(
+        std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::zero()), 1);
     faulty->fail_nth(vmm_call::map, 7);
     auto probe = std::make_unique<testing::live_probe_backend>(std::move(faulty), left);
-    CHECK_THROWS_AS(static_policy(o, std::make_unique<device_pool>(std::move(probe), latency_model::zero(), o.memory_bytes)),
-                    vmm_error);
+    CHECK_THROWS_AS(
+        static_policy(o, std::make_unique<device_pool>(std::move(probe), latency_model::zero(), o.memory_bytes)),
+        vmm_error);
     CHECK(left->chunks == 0);
     CHECK(left->ranges == 0);
   }
