@@ -12,7 +12,8 @@ double us(sim_ns t) { return static_cast<double>(t.count()) / 1000.0; }
 
 }  // namespace
 
-timeseries_writer::timeseries_writer(std::string path) : file_(std::move(path)) {
+timeseries_writer::timeseries_writer(std::string path, std::ostream* standard_output)
+    : file_(std::move(path), standard_output) {
   file_.write(
       "time_s,physical_bytes,mapped_bytes,used_bytes,cached_bytes,logical_bytes,internal_fragmentation,"
       "sharing_saving,running,waiting,internal_bytes,reserved_idle_bytes,external_bytes,free_bytes,"
@@ -28,7 +29,8 @@ void timeseries_writer::on_sample(const replica_state& s) {
                           b.internal, b.reserved_idle, b.external, b.free, b.cached_pinning, b.reclaimable));
 }
 
-chrome_trace_writer::chrome_trace_writer(std::string path) : file_(std::move(path)) {
+chrome_trace_writer::chrome_trace_writer(std::string path, std::ostream* standard_output)
+    : file_(std::move(path), standard_output) {
   file_.write("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
   event(R"j({"name":"process_name","ph":"M","pid":1,"args":{"name":"replica 0"}})j");
   event(R"j({"name":"thread_name","ph":"M","pid":1,"tid":1,"args":{"name":"steps"}})j");

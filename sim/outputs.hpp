@@ -17,7 +17,7 @@ namespace vtensor::sim {
 class timeseries_writer final : public replica_observer {
  public:
   /// Opens the temporary file; throws std::system_error.
-  explicit timeseries_writer(std::string path);
+  explicit timeseries_writer(std::string path, std::ostream* standard_output = nullptr);
   /// Writes the file in place of the target.
   void commit() { file_.commit(); }
 
@@ -34,7 +34,7 @@ class timeseries_writer final : public replica_observer {
 class chrome_trace_writer final : public replica_observer {
  public:
   /// Opens the temporary file and writes the header; throws std::system_error.
-  explicit chrome_trace_writer(std::string path);
+  explicit chrome_trace_writer(std::string path, std::ostream* standard_output = nullptr);
   /// Closes the JSON and writes the file in place of the target.
   void commit();
 

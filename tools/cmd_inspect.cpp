@@ -92,7 +92,8 @@ int cmd_inspect(std::span<const std::string> args, const cli_streams& io) {
         "trace format: auto (from the content), mooncake, azure, vtensor")(
         "block-tokens", po::value<std::uint32_t>(),
         "tokens per prefix block for formats that do not state it (Mooncake: 512)")(
-        "json", po::value<std::string>(), "also write the statistics as JSON to this file");
+        "json", po::value<std::string>(),
+        "also write the statistics as JSON to this file (- : standard output, the report then to standard error)");
     po::positional_options_description positional;
     positional.add("trace", 1);
     const auto values =
@@ -114,9 +115,10 @@ int cmd_inspect(std::span<const std::string> args, const cli_streams& io) {
     }
     const auto reader = traces::open_trace(path, format_option((*values)["format"].as<std::string>()), reader_options);
     const traces::trace_stats stats = traces::compute_trace_stats(*reader);
-    print_summary(io.out, path, *reader, stats);
+    const bool json_on_stdout = values->count("json") != 0 && (*values)["json"].as<std::string>() == "-";
+    print_summary(json_on_stdout ? io.err : io.out, path, *reader, stats);  // stdout holds the JSON alone
     if (values->count("json") != 0) {
-      traces::atomic_output_file file((*values)["json"].as<std::string>());
+      traces::atomic_output_file file((*values)["json"].as<std::string>(), &io.out);
       file.write(stats_json(path, *reader, stats).dump(2) + "\n");
       file.commit();
     }

@@ -159,10 +159,10 @@ po::options_description baseline_options() {
 
 po::options_description output_options() {
   po::options_description o("outputs");
-  o.add_options()("json", po::value<std::string>(), "write the summary as JSON to FILE")(
+  o.add_options()("json", po::value<std::string>(), "write the summary as JSON to FILE (- : standard output)")(
       "no-wall", po::bool_switch(), "leave wall_seconds out of the JSON (byte-comparable runs)")(
-      "timeseries", po::value<std::string>(), "write the sampled state as CSV to FILE")(
-      "chrome-trace", po::value<std::string>(), "write Chrome / Perfetto trace events to FILE");
+      "timeseries", po::value<std::string>(), "write the sampled state as CSV to FILE (- : standard output)")(
+      "chrome-trace", po::value<std::string>(), "write Chrome / Perfetto trace events to FILE (- : standard output)");
   return o;
 }
 
@@ -385,6 +385,9 @@ replay_options parse_replay_options(const po::variables_map& v) {
   if (v.count("json") != 0) o.json = get<std::string>(v, "json");
   if (v.count("timeseries") != 0) o.timeseries = get<std::string>(v, "timeseries");
   if (v.count("chrome-trace") != 0) o.chrome_trace = get<std::string>(v, "chrome-trace");
+  if ((o.json == "-") + (o.timeseries == "-") + (o.chrome_trace == "-") > 1) {
+    throw usage_error("--json, --timeseries and --chrome-trace: only one of them can be '-' (standard output)");
+  }
   // Build everything that can fail on bad input before any output file is opened; a missing GPU
   // fails here, before any replay.
   for (const std::string& b : o.backends) {
@@ -725,16 +728,19 @@ std::pair<nlohmann::ordered_json, bool> compare_backends(const replay_options& o
 
 // ---- outputs ---------------------------------------------------------------------------------
 
-replay_outputs open_outputs(const replay_options& o) {
+replay_outputs open_outputs(const replay_options& o, std::ostream& standard_output) {
   replay_outputs outputs;
-  if (o.timeseries) outputs.timeseries = std::make_unique<sim::timeseries_writer>(*o.timeseries);
-  if (o.chrome_trace) outputs.chrome = std::make_unique<sim::chrome_trace_writer>(*o.chrome_trace);
+  if (o.timeseries) outputs.timeseries = std::make_unique<sim::timeseries_writer>(*o.timeseries, &standard_output);
+  if (o.chrome_trace) {
+    outputs.chrome = std::make_unique<sim::chrome_trace_writer>(*o.chrome_trace, &standard_output);
+  }
   return outputs;
 }
 
-void commit_outputs(const replay_options& o, const nlohmann::ordered_json& json, replay_outputs& outputs) {
+void commit_outputs(const replay_options& o, const nlohmann::ordered_json& json, replay_outputs& outputs,
+                    std::ostream& standard_output) {
   if (o.json) {
-    traces::atomic_output_file file(*o.json);
+    traces::atomic_output_file file(*o.json, &standard_output);
     file.write(json.dump(2) + "\n");
     file.commit();
   }
@@ -743,8 +749,12 @@ void commit_outputs(const replay_options& o, const nlohmann::ordered_json& json,
 }
 
 // Every run, its summary printed; then the comparison when two backends were asked for.
-int run_replays(const replay_options& o, const cli_streams& io) {
-  replay_outputs outputs = open_outputs(o);
+int run_replays(const replay_options& o, const cli_streams& given) {
+  // Note [Where an output goes] (traces/atomic_output_file.hpp): with an output on standard
+  // output, the report goes to standard error so that standard output holds the data alone.
+  const bool data_on_stdout = o.json == "-" || o.timeseries == "-" || o.chrome_trace == "-";
+  const cli_streams io{data_on_stdout ? given.err : given.out, given.err};
+  replay_outputs outputs = open_outputs(o, given.out);
   std::vector<replay_run> runs;
   for (std::size_t i = 0; i < o.backends.size(); ++i) {
     runs.push_back(run_one(o, o.backends[i], i + 1 == o.backends.size(), outputs, io));
@@ -755,7 +765,7 @@ int run_replays(const replay_options& o, const cli_streams& io) {
   nlohmann::ordered_json json = runs.front().json;
   bool mismatch = false;
   if (o.comparing) std::tie(json, mismatch) = compare_backends(o, runs, io.out);
-  commit_outputs(o, json, outputs);
+  commit_outputs(o, json, outputs, given.out);
   return mismatch ? exit_failure : exit_success;
 }
 
@@ -769,7 +779,8 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
         name, "[TRACE] [options]",
         "Replays a trace through a simulated serving replica (continuous batching, roofline step\n"
         "cost, preemption by recompute) over a KV policy, and reports memory, fragmentation, prefix\n"
-        "reuse, VMM cost and latency. Outputs are written whole or not at all.\n"
+        "reuse, VMM cost and latency. Outputs are written whole or not at all, through symlinks; '-'\n"
+        "is standard output (the report then goes to standard error).\n"
         "With --backend cuda the vtensor policy makes real VMM calls on a GPU (--memory caps it) and\n"
         "each step's compute is emulated in wall time; the simulated clock still runs on the latency\n"
         "model, so decisions match a sim replay (--compare-backends sim,cuda checks it step by step).\n"

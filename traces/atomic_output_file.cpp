@@ -1,9 +1,13 @@
 #include "traces/atomic_output_file.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <system_error>
 #include <vector>
 
@@ -14,17 +18,64 @@ namespace {
   throw std::system_error(errno, std::generic_category(), what);
 }
 
+// Writes all of `bytes` to `fd`.
+bool write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
 }  // namespace
 
-atomic_output_file::atomic_output_file(std::string path) : path_(std::move(path)) {
-  std::vector<char> name(path_.begin(), path_.end());
+std::string follow_symlinks(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  for (int depth = 0; depth < 40; ++depth) {
+    std::error_code ec;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p.string();
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) throw std::system_error(ec, path + ": cannot read the symlink");
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  errno = ELOOP;
+  throw_errno(path + ": too many levels of symlinks");
+}
+
+atomic_output_file::atomic_output_file(std::string path, std::ostream* standard_output)
+    : path_(std::move(path)), stdout_(standard_output) {
+  if (path_.empty()) {
+    errno = EINVAL;
+    throw_errno("an empty output path");
+  }
+  if (to_stdout()) {
+    in_memory_ = true;
+    return;
+  }
+  target_ = follow_symlinks(path_);
+  struct stat st {};
+  const bool exists = ::stat(target_.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) {
+    errno = EISDIR;
+    throw_errno(path_ + ": cannot write the output");
+  }
+  if (exists && !S_ISREG(st.st_mode)) {  // a device or a FIFO: written in place at commit()
+    in_memory_ = true;
+    return;
+  }
+  std::vector<char> name(target_.begin(), target_.end());
   const std::string suffix = ".tmp-XXXXXX";
   name.insert(name.end(), suffix.begin(), suffix.end());
   name.push_back('\0');
   const int fd = ::mkstemp(name.data());
   if (fd < 0) throw_errno(path_ + ": cannot create a temporary file beside it");
   temp_path_ = name.data();
-  ::fchmod(fd, 0644);
+  ::fchmod(fd, exists ? (st.st_mode & 07777) : 0644);
   file_ = ::fdopen(fd, "wb");
   if (file_ == nullptr) {
     const int saved = errno;
@@ -44,12 +95,37 @@ atomic_output_file::~atomic_output_file() {
 }
 
 void atomic_output_file::write(std::string_view bytes) {
+  if (in_memory_) {
+    held_.append(bytes);
+    return;
+  }
   if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
     throw_errno(temp_path_ + ": write failed");
   }
 }
 
 void atomic_output_file::commit() {
+  if (in_memory_) {
+    if (to_stdout()) {
+      std::ostream& out = stdout_ != nullptr ? *stdout_ : std::cout;
+      out.write(held_.data(), static_cast<std::streamsize>(held_.size()));
+      out.flush();
+      if (!out) {
+        errno = EIO;
+        throw_errno("standard output: write failed");
+      }
+    } else {
+      const int fd = ::open(target_.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0) throw_errno(path_ + ": cannot open");
+      const bool ok = write_all(fd, held_);
+      const int saved = errno;
+      ::close(fd);
+      errno = saved;
+      if (!ok) throw_errno(path_ + ": write failed");
+    }
+    held_.clear();
+    return;
+  }
   std::FILE* file = file_;
   file_ = nullptr;
   const bool flushed = std::fflush(file) == 0 && std::ferror(file) == 0;
@@ -59,7 +135,7 @@ void atomic_output_file::commit() {
     std::remove(temp_path_.c_str());
     throw_errno(temp_path_ + ": write failed");
   }
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+  if (std::rename(temp_path_.c_str(), target_.c_str()) != 0) {
     const int rename_errno = errno;
     std::remove(temp_path_.c_str());
     errno = rename_errno;

@@ -132,3 +132,40 @@ TEST_CASE("gen-trace: bad usage exits 2 and leaves no file") {
   CHECK_FALSE(fs::exists(out));
   CHECK(run({"gen-trace", "--help"}).out.find("--fanout-prob") != std::string::npos);
 }
+
+TEST_CASE("outputs: dash is standard output, the report then goes to standard error") {
+  const fs::path cwd = fs::current_path();
+  const fs::path dir = temp_file("dash_dir");
+  fs::create_directories(dir);
+  fs::current_path(dir);
+  const result r = run({"replay", data("mooncake_small.jsonl"), "--json", "-", "--no-wall"});
+  const bool dash_file = fs::exists(dir / "-");
+  fs::current_path(cwd);
+  REQUIRE(r.code == 0);
+  CHECK_FALSE(dash_file);                       // never a file named "-"
+  const auto j = nlohmann::json::parse(r.out);  // standard output is the JSON alone
+  CHECK(j["requests"].get<int>() > 0);
+  CHECK(r.err.find("prefix hit rate") != std::string::npos);
+  const result csv = run({"replay", data("mooncake_small.jsonl"), "--timeseries", "-", "--no-wall"});
+  REQUIRE(csv.code == 0);
+  CHECK(csv.out.rfind("time_s,", 0) == 0);
+  const result two = run({"replay", data("mooncake_small.jsonl"), "--json", "-", "--timeseries", "-"});
+  CHECK(two.code == 2);
+  CHECK(two.err.find("only one of them") != std::string::npos);
+  const result inspect = run({"inspect", data("mooncake_small.jsonl"), "--json", "-"});
+  REQUIRE(inspect.code == 0);
+  CHECK(nlohmann::json::parse(inspect.out).contains("requests"));
+}
+
+TEST_CASE("outputs: replay writes through a symlink and keeps it") {
+  const fs::path target = temp_file("link_target.json");
+  const fs::path link = temp_file("link.json");
+  fs::remove(link);
+  std::ofstream(target) << "old";
+  fs::create_symlink(target, link);
+  const result r = run({"replay", data("mooncake_small.jsonl"), "--json", link.string(), "--no-wall"});
+  REQUIRE(r.code == 0);
+  CHECK(fs::is_symlink(link));
+  std::ifstream in(target);
+  CHECK(nlohmann::json::parse(in)["requests"].get<int>() > 0);
+}
