@@ -14,6 +14,11 @@ packages=(
   libbenchmark-dev                 # vtensor_bench
 )
 
+# `--fuzz`: also what tools/fuzz.sh needs (clang with libFuzzer and the sanitizer runtimes).
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang-14 libclang-rt-14-dev)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
