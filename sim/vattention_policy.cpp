@@ -66,9 +66,9 @@ vattention_policy::vattention_policy(vattention_policy_options options, std::uni
   buffer_token_bytes_ = kv.kv_bytes_per_token() / buffers_;
   tokens_per_page_ = k_chunk_bytes / buffer_token_bytes_;
   if (tokens_per_page_ == 0) {
-    throw std::invalid_argument(fmt::format(
-        "vattention: one token of one buffer ({} bytes{}) does not fit a {} MiB page", buffer_token_bytes_,
-        options_.megacache ? ", megacache" : "", k_chunk_bytes / k_mib));
+    throw std::invalid_argument(
+        fmt::format("vattention: one token of one buffer ({} bytes{}) does not fit a {} MiB page", buffer_token_bytes_,
+                    options_.megacache ? ", megacache" : "", k_chunk_bytes / k_mib));
   }
   pages_per_buffer_ = ceil_div(options_.max_context_tokens, tokens_per_page_);
   slot_bytes_ = std::uint64_t{buffers_} * pages_per_buffer_ * k_chunk_bytes;
@@ -80,6 +80,7 @@ vattention_policy::~vattention_policy() {
       unmap_rows(*s, 0);
       backend_->free_range(s->base);
     }
+    for (const chunk_handle h : free_) backend_->release_chunk(h);
   } catch (...) {  // nothing to do in a destructor: the backend reports what it still holds
   }
 }
@@ -165,6 +166,7 @@ void vattention_policy::leave_idle(slot& s) {
 }
 
 void vattention_policy::make_idle(slot& s) {
+  live_excess_.erase(s.index);
   live_rows_ -= s.rows;
   live_token_rows_ -= rows_for(s.tokens);
   live_tokens_ -= s.tokens;
@@ -179,35 +181,63 @@ void vattention_policy::make_idle(slot& s) {
 
 // ---- mapping ----------------------------------------------------------------------------------
 
-bool vattention_policy::map_rows(slot& s, std::uint64_t rows, bool worker) {
+std::optional<chunk_handle> vattention_policy::obtain_chunk(const slot& s, bool worker, bool ahead) {
+  if (!free_.empty()) {
+    const chunk_handle h = free_.back();
+    free_.pop_back();
+    return h;
+  }
+  for (;;) {
+    // At the budget the create would fail: reclaim without asking the driver.
+    if (chunks_held_ < backend_->capacity_chunks()) {
+      if (const std::optional<chunk_handle> h = backend_->create_chunk()) {
+        ++chunks_held_;
+        ++chunks_created_;
+        if (worker) ++chunks_created_ahead_;
+        return h;
+      }
+    }
+    if (!reclaim_one(s, worker, ahead)) return std::nullopt;  // Note [vAttention deferred reclamation]
+    if (!free_.empty()) {
+      const chunk_handle h = free_.back();
+      free_.pop_back();
+      return h;
+    }
+  }
+}
+
+std::uint64_t vattention_policy::available_chunks(const slot& s, bool ahead) const {
+  const std::uint64_t capacity = backend_->capacity_chunks();
+  std::uint64_t n = free_.size() + (capacity > chunks_held_ ? capacity - chunks_held_ : 0);
+  n = std::min(n + idle_rows_ * buffers_, std::numeric_limits<std::uint64_t>::max() / 2);
+  if (!ahead) n += (live_rows_ - live_token_rows_ - (s.rows - rows_for(s.tokens))) * buffers_;
+  return n;
+}
+
+bool vattention_policy::map_rows(slot& s, std::uint64_t rows, bool worker, bool ahead) {
+  // As the engine checks kvblocks_available() before it maps: no call is made for rows that
+  // cannot all be had (a create may still fail, on a real device or under fault injection).
+  if (rows > s.rows && (rows - s.rows) * buffers_ > available_chunks(s, ahead)) return false;
   const auto undo_partial_row = [&] {
     const std::uint64_t row = s.rows;
     while (s.chunks.size() > row * buffers_) {
       const auto b = static_cast<std::uint32_t>(s.chunks.size() - row * buffers_ - 1);
       backend_->unmap(page_addr(s, b, row), k_chunk_bytes);
-      backend_->release_chunk(s.chunks.back());
+      free_.push_back(s.chunks.back());
       s.chunks.pop_back();
-      --chunks_held_;
     }
   };
   while (s.rows < rows) {
     for (std::uint32_t b = 0; b < buffers_; ++b) {
-      std::optional<chunk_handle> h = backend_->create_chunk();
-      while (!h) {
-        if (!reclaim_one(worker)) {
-          undo_partial_row();
-          return false;
-        }
-        h = backend_->create_chunk();
+      const std::optional<chunk_handle> h = obtain_chunk(s, worker, ahead);
+      if (!h) {
+        undo_partial_row();
+        return false;
       }
-      ++chunks_held_;
-      ++chunks_created_;
-      if (worker) ++chunks_created_ahead_;
       try {
         backend_->map_with_access(page_addr(s, b, s.rows), *h);
       } catch (...) {
-        backend_->release_chunk(*h);
-        --chunks_held_;
+        free_.push_back(*h);  // not mapped: back to the pool
         undo_partial_row();
         throw;
       }
@@ -223,37 +253,67 @@ void vattention_policy::unmap_rows(slot& s, std::uint64_t keep_rows) {
   if (s.rows <= keep_rows) return;
   const std::uint64_t n = s.rows - keep_rows;
   for (std::uint32_t b = 0; b < buffers_; ++b) backend_->unmap(page_addr(s, b, keep_rows), n * k_chunk_bytes);
-  for (std::size_t i = keep_rows * buffers_; i < s.chunks.size(); ++i) backend_->release_chunk(s.chunks[i]);
+  free_.insert(free_.end(), s.chunks.begin() + static_cast<std::ptrdiff_t>(keep_rows * buffers_), s.chunks.end());
   s.chunks.resize(keep_rows * buffers_);
-  chunks_held_ -= n * buffers_;
   (s.live ? live_rows_ : idle_rows_) -= n;
   s.rows = keep_rows;
   std::erase_if(s.jobs, [&](const job& j) { return j.first_row >= keep_rows; });
 }
 
-bool vattention_policy::reclaim_one(bool worker) {
-  if (idle_with_rows_.empty()) return false;
-  slot& v = *slots_[*idle_with_rows_.rbegin()];  // the highest index first, as the engine walks
-  if (!worker) wait_for_rows(v, v.rows);  // the worker maps in order: its earlier jobs are done
-  idle_by_rows_.erase({v.rows, v.index});
-  idle_with_rows_.erase(v.index);
-  unmap_rows(v, 0);
-  idle_by_rows_.insert({0, v.index});
-  ++reclaimed_slots_;
+void vattention_policy::refile(slot& s) {
+  if (s.live && s.tokens > 0 && s.rows > rows_for(s.tokens)) {
+    live_excess_.insert(s.index);
+  } else {
+    live_excess_.erase(s.index);
+  }
+}
+
+bool vattention_policy::reclaim_one(const slot& for_slot, bool worker, bool ahead) {
+  // Idle slots first, then (for a need, not a lookahead) live slots' rows beyond their tokens; the
+  // highest index first in each.
+  slot* v = nullptr;
+  if (!idle_with_rows_.empty()) {
+    v = slots_[*idle_with_rows_.rbegin()].get();
+  } else if (!ahead) {  // a lookahead takes no other request's rows
+    for (auto it = live_excess_.rbegin(); it != live_excess_.rend(); ++it) {
+      if (*it != for_slot.index) {
+        v = slots_[*it].get();
+        break;
+      }
+    }
+  }
+  if (v == nullptr) return false;
+  const std::uint64_t keep = v->live ? rows_for(v->tokens) : 0;
+  if (!worker) wait_for_rows(*v, v->rows);  // the worker maps in order: its earlier jobs are done
+  if (v->live) {
+    unmap_rows(*v, keep);
+    refile(*v);
+    ++trimmed_slots_;
+  } else {
+    idle_by_rows_.erase({v->rows, v->index});
+    idle_with_rows_.erase(v->index);
+    unmap_rows(*v, 0);
+    idle_by_rows_.insert({0, v->index});
+    ++reclaimed_slots_;
+  }
   return true;
 }
 
 void vattention_policy::lookahead(slot& s) {
-  const std::uint64_t target = lookahead_target(s.tokens);
-  if (s.rows >= target) return;
+  const std::uint64_t target = std::min(lookahead_target(s.tokens), s.rows + available_chunks(s, true) / buffers_);
+  if (s.rows >= target) {
+    refile(s);
+    return;
+  }
   const bool worker = options_.async_lookahead;
   const vmm_side before = backend_->step_side();
   const std::uint64_t first = s.rows;
   try {
-    (void)map_rows(s, target, worker);  // short of chunks: the next grow maps what it needs
+    (void)map_rows(s, target, worker, true);  // short of chunks: the next grow maps what it needs
   } catch (const vmm_error&) {
     ++lookahead_failures_;  // Note [vAttention mapping worker model]: the job ends here
   }
+  refile(s);
   if (!worker) {
     book_step_calls();
     return;
@@ -291,7 +351,7 @@ kv_admit_result vattention_policy::do_admit(const kv_request& r) {
   const std::uint64_t kept = s.rows;
   bool ok = false;
   try {
-    ok = map_rows(s, need, false);
+    ok = map_rows(s, need, false, false);
   } catch (...) {
     unmap_rows(s, kept);
     make_idle(s);
@@ -328,7 +388,7 @@ bool vattention_policy::do_grow(request_id id, std::uint64_t tokens) {
   if (need > s.rows) {  // the lookahead fell short: the step thread maps
     bool ok = false;
     try {
-      ok = map_rows(s, need, false);
+      ok = map_rows(s, need, false, false);
     } catch (...) {
       unmap_rows(s, kept);
       book_step_calls();
@@ -358,13 +418,13 @@ void vattention_policy::do_release(request_id id, release_reason /*why*/) {
 }
 
 // Note [vAttention memory breakdown]
-// Every chunk held is mapped in exactly one slot (chunks are created when mapped and released
-// when unmapped), so physical = rows mapped x buffers x 2 MiB. In a live slot the rows up to the
+// Every chunk held is mapped in exactly one slot or sits unmapped in the pool (free): physical =
+// rows mapped x buffers x 2 MiB + pooled chunks. In a live slot the rows up to the
 // one holding the last token hold `used` (tokens x bytes per token) and the unused tail of each
 // buffer's last page (internal, with the bytes a page cannot use when a token does not divide
 // it); the rows beyond it are lookahead (reserved idle). Idle slots' rows are cached, and all of
 // it is reclaimable: a page belongs to one slot, so emptying every idle slot gives back every
-// cached chunk (cached pinning 0). Nothing is free or external.
+// cached chunk (cached pinning 0). Nothing is external: any pooled chunk backs any page.
 kv_stats vattention_policy::do_stats() const {
   kv_stats s;
   const std::uint64_t rb = row_bytes();
@@ -372,12 +432,13 @@ kv_stats vattention_policy::do_stats() const {
   s.memory.mapped_bytes = live_rows_ * rb;
   s.memory.used_bytes = live_tokens_ * options_.kv.kv_bytes_per_token();
   s.memory.cached_bytes = idle_rows_ * rb;
-  s.memory.free_pool_bytes = 0;
+  s.memory.free_pool_bytes = free_.size() * k_chunk_bytes;
   s.memory.logical_bytes = s.memory.used_bytes;
   s.breakdown.used = s.memory.used_bytes;
   s.breakdown.internal = live_token_rows_ * rb - s.memory.used_bytes;
   s.breakdown.reserved_idle = (live_rows_ - live_token_rows_) * rb;
   s.breakdown.cached = s.memory.cached_bytes;
+  s.breakdown.free = s.memory.free_pool_bytes;
   s.breakdown.reclaimable = s.memory.cached_bytes;
   s.prompt_tokens = prompt_tokens_;
   s.evictions = reclaimed_slots_;
@@ -445,23 +506,27 @@ void vattention_policy::do_check_invariants() const {
       token_rows += rows_for(s.tokens);
       tokens += s.tokens;
       if (idle_by_rows_.contains({s.rows, s.index})) fail(fmt::format("live slot {} listed idle", s.index));
+      if (live_excess_.contains(s.index) != (s.rows > rows_for(s.tokens))) {
+        fail(fmt::format("live slot {} misfiled for trimming", s.index));
+      }
     } else {
       idle_rows += s.rows;
       if (!idle_by_rows_.contains({s.rows, s.index})) fail(fmt::format("idle slot {} not listed", s.index));
       if (idle_with_rows_.contains(s.index) != (s.rows > 0)) fail(fmt::format("idle slot {} misfiled", s.index));
+      if (live_excess_.contains(s.index)) fail(fmt::format("idle slot {} filed for trimming", s.index));
     }
   }
   if (live != live_.size() || idle_by_rows_.size() != slots_.size() - live) fail("slot counts disagree");
   if (live_rows != live_rows_ || token_rows != live_token_rows_ || idle_rows != idle_rows_ || tokens != live_tokens_ ||
-      chunks != chunks_held_) {
+      chunks + free_.size() != chunks_held_) {
     fail(fmt::format("figures disagree: rows {}/{}, token rows {}/{}, idle rows {}/{}, tokens {}/{}, chunks {}/{}",
                      live_rows, live_rows_, token_rows, live_token_rows_, idle_rows, idle_rows_, tokens, live_tokens_,
-                     chunks, chunks_held_));
+                     chunks + free_.size(), chunks_held_));
   }
   const vmm_live held = backend_->live();
-  if (held.chunks != chunks_held_ || held.mappings != chunks_held_ || held.ranges != slots_.size()) {
-    fail(fmt::format("backend holds {} chunks, {} mappings, {} ranges; the policy {} chunks, {} slots", held.chunks,
-                     held.mappings, held.ranges, chunks_held_, slots_.size()));
+  if (held.chunks != chunks_held_ || held.mappings != chunks || held.ranges != slots_.size()) {
+    fail(fmt::format("backend holds {} chunks, {} mappings, {} ranges; the policy {} chunks ({} mapped), {} slots",
+                     held.chunks, held.mappings, held.ranges, chunks_held_, chunks, slots_.size()));
   }
 }
 

@@ -62,14 +62,17 @@
 /// is idle; slots are never given back before the policy ends, so their number is the largest
 /// number of requests live at once (vAttention fixes max_batch_size at start; here the replica's
 /// batching bounds it, and a slot costs address space only).
-/// Pages are reclaimed only when a chunk cannot be created (`reclaim_kvblocks_on_demand`, run
-/// when the free pool is short): every row of the idle slot with the highest index (the engine
-/// walks reqIds downwards), one slot at a time, then the creation is retried. The engine also
-/// trims live requests' pages beyond their tokens in that walk; here live slots keep their
-/// lookahead (a departure, docs/policies/vattention.md). The engine maps from a pool of pages
-/// created at start-up (`reserve_physical_pages`); here a page's chunk is created when it is
-/// mapped and released when it is unmapped, against the budget (the backend's capacity), so
-/// physical bytes are the pages mapped and nothing is free.
+/// Physical pages: the engine maps from a pool of pages created at start-up
+/// (`reserve_physical_pages`) and unmapping returns a page to it. Here chunks are created on
+/// demand up to the budget (the backend's capacity) and then kept: an unmapped chunk goes to the
+/// policy's pool (free bytes) and is mapped again from there; none is released before the end.
+/// Pages are reclaimed only when a chunk is needed, the pool is empty and the budget is reached
+/// (or a create fails): `reclaim_kvblocks_on_demand` walks reqIds downwards releasing each
+/// request's pages down to its need (all of an idle one's). Here every row of the idle slot with
+/// the highest index goes to the pool, one slot at a time; when no idle slot has rows, a need (not
+/// a lookahead) trims the live slot with the highest index that maps rows beyond its tokens down
+/// to them. As the engine checks `kvblocks_available()` before it maps, no call is made for rows
+/// that cannot all be had from those sources.
 
 #include <cstdint>
 #include <memory>
@@ -131,6 +134,8 @@ class vattention_policy final : public kv_policy {
   [[nodiscard]] std::uint64_t rows_of(request_id id) const;
   /// Idle slots whose pages were reclaimed under pressure.
   [[nodiscard]] std::uint64_t reclaimed_slots() const { return reclaimed_slots_; }
+  /// Live slots whose rows beyond their tokens were unmapped under pressure.
+  [[nodiscard]] std::uint64_t trimmed_slots() const { return trimmed_slots_; }
   /// Lookahead jobs ended early by a driver error.
   [[nodiscard]] std::uint64_t lookahead_failures() const { return lookahead_failures_; }
   /// The accounting adaptor over the backend.
@@ -182,10 +187,20 @@ class vattention_policy final : public kv_policy {
   void wait_for_rows(slot& s, std::uint64_t below_row);  // step thread waits for jobs mapping rows < below_row
   // Mapping. map_rows: rows up to `rows`, reclaiming idle slots when a create fails; false when
   // no chunk can be had (the partial row undone, complete rows kept). Throws vmm_error.
-  [[nodiscard]] bool map_rows(slot& s, std::uint64_t rows, bool worker);
-  void unmap_rows(slot& s, std::uint64_t keep_rows);  // unmaps and releases rows >= keep_rows
-  [[nodiscard]] bool reclaim_one(bool worker);        // empties one idle slot; false if none has pages
-  void lookahead(slot& s);                            // the worker job (or step-thread mapping) after an op
+  // `worker`: calls of a worker job (no modelled waits); `ahead`: a lookahead, which takes no
+  // other live request's rows.
+  [[nodiscard]] bool map_rows(slot& s, std::uint64_t rows, bool worker, bool ahead);
+  // Chunks `s` could get now: the pool's, the budget's headroom, idle slots' rows and (step thread)
+  // other live slots' rows beyond their tokens.
+  [[nodiscard]] std::uint64_t available_chunks(const slot& s, bool ahead) const;
+  // A chunk for `s`: the pool's, else a new one, else one reclaimed from another slot.
+  [[nodiscard]] std::optional<chunk_handle> obtain_chunk(const slot& s, bool worker, bool ahead);
+  void unmap_rows(slot& s, std::uint64_t keep_rows);  // unmaps rows >= keep_rows into the pool
+  // Empties one idle slot, else (not `ahead`) trims one live slot other than `for_slot` to its
+  // tokens; false if neither has rows to give.
+  [[nodiscard]] bool reclaim_one(const slot& for_slot, bool worker, bool ahead);
+  void refile(slot& s);     // files a live slot for trimming when it maps rows beyond its tokens
+  void lookahead(slot& s);  // the worker job (or step-thread mapping) after an op
 
   vattention_policy_options options_;
   std::unique_ptr<accounting_backend> backend_;
@@ -196,9 +211,11 @@ class vattention_policy final : public kv_policy {
   std::uint64_t slot_bytes_ = 0;
 
   std::vector<std::unique_ptr<slot>> slots_;
-  std::unordered_map<std::uint64_t, slot*> live_;                     // request id -> its slot
+  std::unordered_map<std::uint64_t, slot*> live_;                   // request id -> its slot
   std::set<std::pair<std::uint64_t, std::uint32_t>> idle_by_rows_;  // (rows, index) of idle slots
-  std::set<std::uint32_t> idle_with_rows_;                            // indices of idle slots with rows > 0
+  std::set<std::uint32_t> idle_with_rows_;                          // indices of idle slots with rows > 0
+  std::set<std::uint32_t> live_excess_;  // indices of live slots with rows beyond their tokens
+  std::vector<chunk_handle> free_;       // chunks created and unmapped (the page pool)
 
   // Figures, kept as operations go (stats() walks nothing).
   std::uint64_t chunks_held_ = 0;
@@ -208,7 +225,7 @@ class vattention_policy final : public kv_policy {
   std::uint64_t live_tokens_ = 0;
   std::uint64_t prompt_tokens_ = 0;
   std::uint64_t chunks_created_ = 0, chunks_created_ahead_ = 0;
-  std::uint64_t reclaimed_slots_ = 0, lookahead_failures_ = 0;
+  std::uint64_t reclaimed_slots_ = 0, trimmed_slots_ = 0, lookahead_failures_ = 0;
 
   // Clock (Note [vAttention mapping worker model]).
   vmm_side worker_;  // calls moved from the step side to the worker side

@@ -71,7 +71,7 @@ void check_stats(const kv_policy& p) {
   CHECK(s.breakdown.reclaimable == s.breakdown.cached);
   CHECK(s.breakdown.cached_pinning == 0);
   CHECK(s.breakdown.external == 0);
-  CHECK(s.breakdown.free == 0);
+  CHECK(s.breakdown.free == s.memory.free_pool_bytes);
   CHECK(s.prefix_hit_tokens == 0);
   p.check_invariants();
 }
@@ -207,7 +207,7 @@ TEST_SUITE("vattention_policy") {
   }
 
   TEST_CASE("vattention policy: idle slots are reclaimed only when a chunk cannot be created") {
-    auto p = on_device(llama(0), 4 * 64);  // a budget of four rows
+    auto p = on_device(llama(0), 4 * 64);                         // a budget of four rows
     REQUIRE(p->admit({request_id{1}, {}, 2000, 2100}).admitted);  // slot 0: 2 rows
     REQUIRE(p->admit({request_id{2}, {}, 1000, 4000}).admitted);  // slot 1: 1 row
     p->release(request_id{1}, release_reason::finished);
@@ -221,26 +221,50 @@ TEST_SUITE("vattention_policy") {
     CHECK(p->reclaimed_slots() == 0);
     CHECK(p->grow(request_id{2}, 1024));
     CHECK(p->reclaimed_slots() == 1);
-    CHECK(calls(*p, vmm_call::unmap) == 64);  // one unmap of two rows per buffer
-    CHECK(calls(*p, vmm_call::release) == 2 * 64);
+    CHECK(calls(*p, vmm_call::unmap) == 64);       // one unmap of two rows per buffer
+    CHECK(calls(*p, vmm_call::release) == 0);      // the chunks go to the pool, as vAttention's pages do
+    CHECK(calls(*p, vmm_call::create) == 4 * 64);  // at the budget no create is tried
+    CHECK(p->stats().chunks_created == 4 * 64);
     CHECK(p->rows_of(request_id{2}) == 3);
     kv_stats s = p->stats();
-    CHECK(s.memory.physical_bytes == 3 * k_row);
+    CHECK(s.memory.physical_bytes == 4 * k_row);
+    CHECK(s.breakdown.free == k_row);
     CHECK(s.breakdown.cached == 0);
     CHECK(s.evictions == 1);
     check_stats(*p);
-    // Nothing idle holds pages now: a request needing two rows is refused, changing nothing.
+    // Nothing idle holds pages and nothing live maps beyond its tokens: a request needing two
+    // rows is refused, changing nothing.
     const kv_stats before = p->stats();
     CHECK_FALSE(p->admit({request_id{4}, {}, 1500, 1600}).admitted);
     CHECK(p->stats().memory == before.memory);
     CHECK(p->slots() == 2);
     check_stats(*p);
     // With the budget full, growth into a new row fails, changing nothing.
-    REQUIRE(p->admit({request_id{4}, {}, 1000, 1100}).admitted);  // the fourth row, in slot 0
+    REQUIRE(p->admit({request_id{4}, {}, 1000, 1100}).admitted);  // the pool's row, in slot 0
     const kv_stats full = p->stats();
     CHECK(full.memory.physical_bytes == 4 * k_row);
+    CHECK(full.breakdown.free == 0);
     CHECK_FALSE(p->grow(request_id{2}, 900));
     CHECK(p->stats().memory == full.memory);
+    check_stats(*p);
+  }
+
+  TEST_CASE("vattention policy: with no idle pages left, live slots are trimmed to their tokens") {
+    auto p = on_device(llama(0), 4 * 64);
+    REQUIRE(p->admit({request_id{1}, {}, 3000, 3100}).admitted);  // slot 0: 3 rows
+    p->release(request_id{1}, release_reason::finished);
+    REQUIRE(p->admit({request_id{2}, {}, 100, 200}).admitted);  // slot 0 again: 2 rows beyond its tokens
+    CHECK(p->stats().breakdown.reserved_idle == 2 * k_row);
+    REQUIRE(p->admit({request_id{3}, {}, 1000, 3000}).admitted);  // slot 1: the fourth row
+    CHECK(p->grow(request_id{3}, 1000));                          // a second row: taken from request 2's slot
+    CHECK(p->trimmed_slots() == 1);
+    CHECK(p->reclaimed_slots() == 0);
+    CHECK(p->rows_of(request_id{2}) == 1);
+    CHECK(p->rows_of(request_id{3}) == 2);
+    const kv_stats s = p->stats();
+    CHECK(s.breakdown.reserved_idle == 0);
+    CHECK(s.breakdown.free == k_row);
+    CHECK(s.memory.physical_bytes == 4 * k_row);
     check_stats(*p);
   }
 
@@ -300,10 +324,10 @@ TEST_SUITE("vattention_policy") {
           sim_backend device(64 * k_chunk_bytes, latency_model::h200());
           std::uint64_t faults = 0, errors = 0, refused = 0;
           {
-            auto faulty = std::make_unique<fault_injection_backend>(std::make_unique<borrowed_backend>(device),
-                                                                    11 + lookahead);
-            faulty->fail_with_probability(vmm_call::create, 0.03);
-            faulty->fail_with_probability(vmm_call::map, 0.01);
+            auto faulty =
+                std::make_unique<fault_injection_backend>(std::make_unique<borrowed_backend>(device), 11 + lookahead);
+            faulty->fail_with_probability(vmm_call::create, 0.1);
+            faulty->fail_with_probability(vmm_call::map, 0.02);
             fault_injection_backend* f = faulty.get();
             vattention_policy p(o, std::move(faulty), latency_model::h200());
             std::mt19937_64 rng(5 + lookahead);
@@ -347,8 +371,8 @@ TEST_SUITE("vattention_policy") {
             faults = f->faults_injected();
             CHECK(p.reclaimed_slots() > 0);
             MESSAGE("faults " << faults << ", driver errors " << errors << ", refused " << refused << ", slots "
-                              << p.slots() << ", reclaimed " << p.reclaimed_slots() << ", lookahead failures "
-                              << p.lookahead_failures());
+                              << p.slots() << ", reclaimed " << p.reclaimed_slots() << ", trimmed " << p.trimmed_slots()
+                              << ", lookahead failures " << p.lookahead_failures());
           }
           CHECK(faults > 0);
           const vmm_live held = device.live();
