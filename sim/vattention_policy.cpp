@@ -118,6 +118,9 @@ void vattention_policy::book_step_calls() {
 void vattention_policy::do_advance_to(sim_us at) {
   const auto t = std::chrono::duration_cast<sim_ns>(at);
   if (t <= origin_) return;
+  // Note [vAttention mapping worker model]: the queued jobs were spawned when the step's own work
+  // ended; they run at the next call (so that their time falls in the next step's VMM figures).
+  if (!pending_.empty() && !spawn_) spawn_ = now();
   origin_ = t;
   critical_at_origin_ = critical_;
 }
@@ -299,7 +302,34 @@ bool vattention_policy::reclaim_one(const slot& for_slot, bool worker, bool ahea
   return true;
 }
 
-void vattention_policy::lookahead(slot& s) {
+void vattention_policy::want_lookahead(slot& s) {
+  refile(s);
+  if (!options_.async_lookahead || options_.lookahead_pages == 0) {
+    lookahead(s, now());
+    return;
+  }
+  if (s.pending) return;
+  s.pending = true;
+  pending_.push_back(s.index);
+}
+
+void vattention_policy::flush() {
+  if (!spawn_) return;
+  const sim_ns spawn = *spawn_;
+  spawn_.reset();
+  run_pending(spawn);
+}
+
+void vattention_policy::run_pending(sim_ns spawn) {
+  for (const std::uint32_t i : pending_) {
+    slot& s = *slots_[i];
+    s.pending = false;
+    if (s.live) lookahead(s, spawn);
+  }
+  pending_.clear();
+}
+
+void vattention_policy::lookahead(slot& s, sim_ns spawn) {
   const std::uint64_t target = std::min(lookahead_target(s.tokens), s.rows + available_chunks(s, true) / buffers_);
   if (s.rows >= target) {
     refile(s);
@@ -321,7 +351,7 @@ void vattention_policy::lookahead(slot& s) {
   const vmm_side delta = minus(backend_->step_side(), before);
   add_to(worker_, delta);
   const sim_ns price{delta.total_model_ns()};
-  worker_free_ = std::max(worker_free_, now()) + price;
+  worker_free_ = std::max(worker_free_, spawn) + price;
   ++jobs_;
   job_time_ += price;
   if (s.rows > first) s.jobs.push_back({first, worker_free_});
@@ -330,6 +360,7 @@ void vattention_policy::lookahead(slot& s) {
 // ---- the interface ----------------------------------------------------------------------------
 
 kv_admit_result vattention_policy::do_admit(const kv_request& r) {
+  flush();
   if (live_.contains(r.id.value)) {
     throw std::invalid_argument(fmt::format("vattention: request {} is already admitted", r.id.value));
   }
@@ -371,11 +402,12 @@ kv_admit_result vattention_policy::do_admit(const kv_request& r) {
   live_.emplace(r.id.value, &s);
   prompt_tokens_ += r.prompt_tokens;
   book_step_calls();
-  lookahead(s);
+  want_lookahead(s);
   return {true, 0, 0};
 }
 
 bool vattention_policy::do_grow(request_id id, std::uint64_t tokens) {
+  flush();
   const auto it = live_.find(id.value);
   if (it == live_.end()) throw std::invalid_argument(fmt::format("vattention: unknown request {}", id.value));
   slot& s = *it->second;
@@ -405,11 +437,12 @@ bool vattention_policy::do_grow(request_id id, std::uint64_t tokens) {
   live_token_rows_ += need - rows_for(s.tokens);
   live_tokens_ += tokens;
   s.tokens += tokens;
-  lookahead(s);
+  want_lookahead(s);
   return true;
 }
 
 void vattention_policy::do_release(request_id id, release_reason /*why*/) {
+  flush();
   const auto it = live_.find(id.value);
   if (it == live_.end()) throw std::invalid_argument(fmt::format("vattention: unknown request {}", id.value));
   slot& s = *it->second;

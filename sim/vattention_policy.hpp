@@ -32,21 +32,28 @@
 /// that maps the pages the next decode steps need (eagerly, a little ahead). Here:
 /// - admit() maps ceil(prompt / tokens_per_page) rows on the step thread; grow() maps on the step
 ///   thread only the rows its tokens need that are not mapped yet (a lookahead that fell short);
-/// - after each admit() and grow() the lookahead (options.lookahead_pages rows beyond the row of
-///   the last token, capped by the slot) is a worker job. Its calls are made at once, on the
-///   step thread (the simplest correct choice: the backend, `cuda` included, is driven from one
-///   thread, so a replay on `cuda` makes the same calls in the same order as on `sim`), and
-///   moved from the step side to the worker side of the report by taking the accounting
-///   adaptor's step-side figures before and after the job;
+/// - after each admit() and grow() the slot is queued for a lookahead job (options.lookahead_pages
+///   rows beyond the row of the last token, capped by the slot). The queued jobs run once the
+///   step is over (at the first call after the next advance_to, or in settle()), in the order
+///   they were queued, spawned at the time the step thread's own VMM work of that step ended: as in the engine, where
+///   the background thread is spawned after the step's prefill pages are mapped, a step's admissions see only the
+///   lookahead of earlier steps (mapping a row ahead and taking it back for an admission of the same step would only
+///   thrash). A lookahead takes chunks from the pool, the budget or idle slots, never from another live request;
+/// - a job's calls are made at once, on the thread that called the policy (the simplest correct
+///   choice: the backend, `cuda` included, is driven from one thread, so a replay on `cuda` makes
+///   the same calls in the same order as on `sim`), and moved from the step side to the worker
+///   side of the report by taking the accounting adaptor's step-side figures before and after
+///   the job;
 /// - the job is priced by the latency model (every call it made: creates, maps, set-access, and
-///   the unmaps of any reclamation it did) and runs on a modelled worker clock: it starts at
-///   max(worker clock, step-thread time) and ends its price later, as in the vtensor policy's
+///   the unmaps of any idle slot it emptied) and runs on a modelled worker clock: it starts at
+///   max(worker clock, spawn time) and ends its price later, as in the vtensor policy's
 ///   Note [Mapping worker model];
 /// - a step-thread operation that needs a row mapped by a job ending after the step-thread time
 ///   (a grow reaching the lookahead row, an admission reusing an idle slot whose rows a job still
 ///   maps, a reclamation unmapping them) waits for that job's end: the wait is on the critical
-///   path (critical_vmm_time), the job itself is not;
-/// - with async_lookahead false the lookahead is mapped on the step thread, on the clock.
+///   path (critical_vmm_time), the job itself is not. The engine's `step_async` waits for the
+///   whole background pass before each step (`wait_kvcache_manager_sync`); here only a need waits;
+/// - with async_lookahead false the lookahead is mapped on the step thread at once, on the clock.
 /// Decisions never read wall time. A driver error inside a lookahead job (an injected map
 /// failure) undoes the job's partial row and ends the job: the lookahead is an optimisation, and
 /// the next grow maps what it needs itself (counted in lookahead_failures()).
@@ -155,6 +162,7 @@ class vattention_policy final : public kv_policy {
     std::vector<chunk_handle> chunks;  // row-major: chunks[row * buffers + buffer]
     std::vector<job> jobs;             // worker jobs that mapped some of its rows, oldest first
     bool live = false;
+    bool pending = false;          // queued for a lookahead job
     std::uint64_t id = 0;          // live request
     std::uint64_t tokens = 0;      // live request's tokens
     std::uint64_t max_tokens = 0;  // live request's limit
@@ -167,6 +175,10 @@ class vattention_policy final : public kv_policy {
   [[nodiscard]] sim_ns do_vmm_time() const override;
   [[nodiscard]] sim_ns do_critical_vmm_time() const override { return critical_; }
   void do_advance_to(sim_us now) override;
+  void do_settle() override {
+    flush();
+    run_pending(now());
+  }
   [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override { return report(); }
   [[nodiscard]] std::string do_name() const override { return "vattention"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
@@ -199,8 +211,11 @@ class vattention_policy final : public kv_policy {
   // Empties one idle slot, else (not `ahead`) trims one live slot other than `for_slot` to its
   // tokens; false if neither has rows to give.
   [[nodiscard]] bool reclaim_one(const slot& for_slot, bool worker, bool ahead);
-  void refile(slot& s);     // files a live slot for trimming when it maps rows beyond its tokens
-  void lookahead(slot& s);  // the worker job (or step-thread mapping) after an op
+  void refile(slot& s);                   // files a live slot for trimming when it maps rows beyond its tokens
+  void want_lookahead(slot& s);           // after an op: the lookahead now (synchronous) or queued
+  void run_pending(sim_ns spawn);         // the queued lookahead jobs, spawned at `spawn`
+  void flush();                           // runs the jobs queued before the last advance_to
+  void lookahead(slot& s, sim_ns spawn);  // one lookahead: a worker job from `spawn`, or step-thread mapping
 
   vattention_policy_options options_;
   std::unique_ptr<accounting_backend> backend_;
@@ -216,6 +231,8 @@ class vattention_policy final : public kv_policy {
   std::set<std::uint32_t> idle_with_rows_;                          // indices of idle slots with rows > 0
   std::set<std::uint32_t> live_excess_;  // indices of live slots with rows beyond their tokens
   std::vector<chunk_handle> free_;       // chunks created and unmapped (the page pool)
+  std::optional<sim_ns> spawn_;          // when the queued jobs were spawned (set by advance_to)
+  std::vector<std::uint32_t> pending_;   // slots queued for a lookahead job, in order
 
   // Figures, kept as operations go (stats() walks nothing).
   std::uint64_t chunks_held_ = 0;

@@ -114,38 +114,46 @@ TEST_SUITE("vattention_policy") {
     auto p = on_device(llama(1), sim_backend::k_unlimited, latency_model::h200());
     p->advance_to(sim_us{1000});
     REQUIRE(p->admit({request_id{1}, {}, 1000, 4000}).admitted);
-    CHECK(p->rows_of(request_id{1}) == 2);  // the prompt's row and one ahead
+    CHECK(p->rows_of(request_id{1}) == 1);  // the prompt's row; the lookahead job is queued
+    CHECK(step_calls(*p, vmm_call::map) == 64);
+    CHECK(p->report().jobs == 0);
+    // The step is over: at the next step's first call the job maps one row ahead, from the end of
+    // the admission's own calls. Growth within the first page makes no call of its own.
+    p->advance_to(sim_us{1001});
+    CHECK(p->grow(request_id{1}, 24));
+    CHECK(p->rows_of(request_id{1}) == 2);
     CHECK(step_calls(*p, vmm_call::map) == 64);
     CHECK(worker_calls(*p, vmm_call::map) == 64);
     CHECK(worker_calls(*p, vmm_call::create) == 64);
     kv_stats s = p->stats();
     CHECK(s.breakdown.reserved_idle == k_row);
-    CHECK(s.breakdown.internal == k_row - 1000 * k_token);
+    CHECK(s.breakdown.internal == k_row - 1024 * k_token);
     check_stats(*p);
     const vmm_split_report r0 = p->report();
     CHECK(r0.jobs == 1);
     CHECK(r0.job_model_ns == r0.worker.total_model_ns());
+    CHECK(r0.job_model_ns == 64 * (15'740 + 2'340 + 44'070));  // create, map, set-access per chunk
     CHECK(r0.critical_model_ns == r0.step.total_model_ns());
     CHECK(p->vmm_time().count() == r0.step.total_model_ns() + r0.job_model_ns);
 
-    // Within the first page: no call at all.
-    CHECK(p->grow(request_id{1}, 24));
-    CHECK(calls(*p, vmm_call::map) == 128);
-    // Into the lookahead row at the same simulated time: no step-thread map, but the step waits
-    // for the job that maps it; then the worker maps the next row.
+    // Into the lookahead row 1 us after the step: no step-thread map, but the job that maps it
+    // (started after the admission's ~4 ms of calls, ~4 ms long) has not ended: the step waits.
     CHECK(p->grow(request_id{1}, 1));
     CHECK(step_calls(*p, vmm_call::map) == 64);
-    CHECK(worker_calls(*p, vmm_call::map) == 128);
-    CHECK(p->rows_of(request_id{1}) == 3);
     const vmm_split_report r1 = p->report();
     CHECK(r1.modelled_waits == 1);
-    CHECK(r1.modelled_wait_ns > 0);
+    CHECK(r1.modelled_wait_ns == r0.step.total_model_ns() + r0.job_model_ns - 1'000);
     CHECK(p->critical_vmm_time().count() == r1.step.total_model_ns() + r1.modelled_wait_ns);
-    // Much later the lookahead row is ready: crossing into it waits for nothing.
     p->advance_to(sim_us{1'000'000});
+    p->settle();  // the next job: the third row
+    CHECK(worker_calls(*p, vmm_call::map) == 128);
+    CHECK(p->rows_of(request_id{1}) == 3);
+    // Much later: crossing into the third row waits for nothing.
+    p->advance_to(sim_us{2'000'000});
     CHECK(p->grow(request_id{1}, 1024));
     CHECK(step_calls(*p, vmm_call::map) == 64);
     CHECK(p->report().modelled_waits == 1);
+    p->settle();  // runs the queued job
     CHECK(p->rows_of(request_id{1}) == 4);
     check_stats(*p);
   }
