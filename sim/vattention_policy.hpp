@@ -5,8 +5,8 @@
 /// accounting adaptor as the vtensor policy, so it runs on `sim` and `cuda`). The prompt's pages
 /// are mapped synchronously at admission; decode pages are mapped ahead by a background worker
 /// (eager lookahead); a finished slot keeps its pages for the next request (deferred
-/// reclamation), and pages are unmapped and given back only when a chunk cannot be created. No
-/// prefix sharing. Page: docs/policies/vattention.md.
+/// reclamation), and pages are unmapped (into the policy's pool of chunks) only when a page is
+/// needed and no chunk is left. No prefix sharing. Page: docs/policies/vattention.md.
 ///
 /// Note [vAttention slots and buffers]
 /// vAttention (`init_kvcache_virtual`, `alloc_virtual_tensor`) reserves, per layer, one virtual
@@ -35,10 +35,12 @@
 /// - after each admit() and grow() the slot is queued for a lookahead job (options.lookahead_pages
 ///   rows beyond the row of the last token, capped by the slot). The queued jobs run once the
 ///   step is over (at the first call after the next advance_to, or in settle()), in the order
-///   they were queued, spawned at the time the step thread's own VMM work of that step ended: as in the engine, where
-///   the background thread is spawned after the step's prefill pages are mapped, a step's admissions see only the
-///   lookahead of earlier steps (mapping a row ahead and taking it back for an admission of the same step would only
-///   thrash). A lookahead takes chunks from the pool, the budget or idle slots, never from another live request;
+///   they were queued, spawned at the time the step thread's own VMM work of that step ended:
+///   as in the engine, where the background thread is spawned after the step's prefill pages
+///   are mapped, a step's admissions see only the lookahead of earlier steps (mapping a row
+///   ahead and taking it back for an admission of the same step would only thrash). A
+///   lookahead takes chunks from the pool, the budget or idle slots, never from another live
+///   request;
 /// - a job's calls are made at once, on the thread that called the policy (the simplest correct
 ///   choice: the backend, `cuda` included, is driven from one thread, so a replay on `cuda` makes
 ///   the same calls in the same order as on `sim`), and moved from the step side to the worker
