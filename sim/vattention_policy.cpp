@@ -360,7 +360,6 @@ void vattention_policy::lookahead(slot& s, sim_ns spawn) {
 // ---- the interface ----------------------------------------------------------------------------
 
 kv_admit_result vattention_policy::do_admit(const kv_request& r) {
-  flush();
   if (live_.contains(r.id.value)) {
     throw std::invalid_argument(fmt::format("vattention: request {} is already admitted", r.id.value));
   }
@@ -372,6 +371,7 @@ kv_admit_result vattention_policy::do_admit(const kv_request& r) {
     throw std::invalid_argument(fmt::format("vattention: request {} may grow to {} tokens, past max_context_tokens {}",
                                             r.id.value, r.max_tokens, options_.max_context_tokens));
   }
+  flush();  // misuse above changes nothing; from here the queued jobs run first
   const std::uint64_t need = rows_for(r.prompt_tokens);
   slot& s = take_slot(need);
   if (!s.live) {  // a new slot: live with no rows
@@ -407,7 +407,6 @@ kv_admit_result vattention_policy::do_admit(const kv_request& r) {
 }
 
 bool vattention_policy::do_grow(request_id id, std::uint64_t tokens) {
-  flush();
   const auto it = live_.find(id.value);
   if (it == live_.end()) throw std::invalid_argument(fmt::format("vattention: unknown request {}", id.value));
   slot& s = *it->second;
@@ -415,6 +414,7 @@ bool vattention_policy::do_grow(request_id id, std::uint64_t tokens) {
     throw std::invalid_argument(fmt::format("vattention: request {} grows past its max_tokens {} ({} + {})", id.value,
                                             s.max_tokens, s.tokens, tokens));
   }
+  flush();
   const std::uint64_t need = rows_for(s.tokens + tokens);
   const std::uint64_t kept = s.rows;
   if (need > s.rows) {  // the lookahead fell short: the step thread maps
@@ -442,9 +442,9 @@ bool vattention_policy::do_grow(request_id id, std::uint64_t tokens) {
 }
 
 void vattention_policy::do_release(request_id id, release_reason /*why*/) {
-  flush();
   const auto it = live_.find(id.value);
   if (it == live_.end()) throw std::invalid_argument(fmt::format("vattention: unknown request {}", id.value));
+  flush();
   slot& s = *it->second;
   live_.erase(it);
   make_idle(s);  // Note [vAttention deferred reclamation]: the pages stay mapped
