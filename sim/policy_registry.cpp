@@ -7,6 +7,7 @@
 
 #include "sim/radix_policy.hpp"
 #include "sim/static_policy.hpp"
+#include "sim/vattention_policy.hpp"
 #include "sim/vtensor_policy.hpp"
 
 namespace vtensor::sim {
@@ -33,9 +34,10 @@ std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy
   if (name == "vtensor") return std::make_unique<vtensor_policy>(vtensor_options(o));
   if (name == "radix") return std::make_unique<radix_policy>(o);
   if (name == "static") return std::make_unique<static_policy>(o);
+  if (name == "vattention") return std::make_unique<vattention_policy>(vattention_options(o));
   throw std::invalid_argument(fmt::format("unknown policy '{}' (known: {})", name, fmt::join(kv_policy_names(), ", ")));
 }
 
-std::vector<std::string> kv_policy_names() { return {"vtensor", "radix", "static"}; }
+std::vector<std::string> kv_policy_names() { return {"vtensor", "radix", "static", "vattention"}; }
 
 }  // namespace vtensor::sim
