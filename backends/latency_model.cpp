@@ -87,7 +87,7 @@ latency_model latency_model::parse(std::string_view json_text, std::string_view 
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflow
     throw calibration_error(file, "", fmt::format("not valid JSON: {}", e.what()));
   }
   if (!doc.is_object()) {

@@ -112,7 +112,7 @@ kernel_factor_set load_kernel_factors(const std::string& name_or_path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflow
     throw std::invalid_argument(fmt::format("--kernel-factors: {}: bad JSON: {}", name_or_path, e.what()));
   }
   return kernel_factors_from_json(j, name_or_path);

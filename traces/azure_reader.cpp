@@ -90,6 +90,9 @@ std::optional<std::int64_t> parse_date_time_ns(std::string_view text) noexcept {
   }
   const std::int64_t days = days_from_civil(year, month, day);
   const std::int64_t seconds = days * 86400 + hour * 3600 + minute * 60 + second;
+  // Nanoseconds since 1970 fit 64 bits for about 292 years either side (1678 to 2261).
+  constexpr std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 1'000'000'000 - 1;
+  if (seconds > limit || seconds < -limit) return std::nullopt;
   return seconds * 1'000'000'000 + fraction_ns;
 }
 

@@ -26,7 +26,7 @@ nlohmann::json parse_object(std::string_view text, const line_context& where) {
   nlohmann::json object;
   try {
     object = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse errors and number overflow
     std::string why = error.what();
     if (const auto at = why.find("] "); at != std::string::npos) why = why.substr(at + 2);
     throw trace_error(where.path, where.line, "", "bad JSON: " + why);

@@ -117,3 +117,8 @@ TEST_SUITE("backends") {
 
 }  // namespace
 }  // namespace vtensor::backend_testing
+
+TEST_CASE("latency model: a number too large for a double is a calibration error (fuzz finding)") {
+  CHECK_THROWS_AS((void)vtensor::latency_model::parse(R"({"calls": {"map": {"mean_ns": 1e999}}})", "<test>"),
+                  vtensor::calibration_error);
+}

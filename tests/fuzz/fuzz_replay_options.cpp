@@ -13,9 +13,9 @@
 namespace {
 
 bool allowed(const std::string& arg) {
-  static const char* const refused[] = {"json",        "timeseries", "chrome",      "trace", "calibration",
-                                        "kernel-factors", "emulate",   "step-time",   "backend", "compare",
-                                        "device",      "sample",     "max-requests", "/",     "."};
+  static const char* const refused[] = {"json",           "timeseries", "chrome",       "trace",   "calibration",
+                                        "kernel-factors", "emulate",    "step-time",    "backend", "compare",
+                                        "device",         "sample",     "max-requests", "/",       "."};
   for (const char* r : refused) {
     if (arg.find(r) != std::string::npos) return false;
   }

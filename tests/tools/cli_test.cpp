@@ -169,3 +169,10 @@ TEST_CASE("outputs: replay writes through a symlink and keeps it") {
   std::ifstream in(target);
   CHECK(nlohmann::json::parse(in)["requests"].get<int>() > 0);
 }
+
+TEST_CASE("fuzz finding: an argument holding a %name% placeholder is a usage error, not a hang") {
+  // Boost.Program_options looped forever substituting %canonical_option% into its own message.
+  const result r = run({"replay", "--%canonical_option%", "--max-requests", "1"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("placeholder") != std::string::npos);
+}

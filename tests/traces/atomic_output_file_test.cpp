@@ -49,7 +49,7 @@ TEST_SUITE("outputs") {
       atomic_output_file f(p.string());
       f.write("half");
       CHECK(read(p) == "old");  // nothing appears before commit
-    }  // destroyed uncommitted
+    }                           // destroyed uncommitted
     CHECK(read(p) == "old");
     CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);  // no temporary left
     write_whole(p.string(), "new");
@@ -62,7 +62,7 @@ TEST_SUITE("outputs") {
     fs::create_directories(dir / "real");
     std::ofstream(dir / "real" / "target.json") << "old";
     fs::create_symlink("real/target.json", dir / "link.json");  // relative
-    fs::create_symlink(dir / "link.json", dir / "link2.json");   // absolute, to a link
+    fs::create_symlink(dir / "link.json", dir / "link2.json");  // absolute, to a link
     write_whole((dir / "link2.json").string(), "through two links");
     CHECK(fs::is_symlink(dir / "link.json"));
     CHECK(fs::is_symlink(dir / "link2.json"));
@@ -75,8 +75,7 @@ TEST_SUITE("outputs") {
     // A loop is refused naming the path.
     fs::create_symlink("loop_b", dir / "loop_a");
     fs::create_symlink("loop_a", dir / "loop_b");
-    CHECK_THROWS_WITH_AS(atomic_output_file((dir / "loop_a").string()), doctest::Contains("loop_a"),
-                         std::system_error);
+    CHECK_THROWS_WITH_AS(atomic_output_file((dir / "loop_a").string()), doctest::Contains("loop_a"), std::system_error);
   }
 
   TEST_CASE("an output into a special file writes in place and never replaces it") {

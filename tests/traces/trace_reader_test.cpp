@@ -201,3 +201,13 @@ TEST_CASE("vidur reader: bad rows and headers name file, line and column") {
   check_error("vidur_negative.csv", 2, "num_decode_tokens", "negative");
   check_error("vidur_no_arrival.csv", 1, "arrived_at", "missing column");
 }
+
+TEST_CASE("fuzz findings: far dates and overflowing numbers are trace errors, not crashes") {
+  // fuzz_trace_reader: a year past the range of 64-bit nanoseconds overflowed a multiplication.
+  check_error("azure_far_year.csv", 3, "TIMESTAMP", "1000-01-01");
+  CHECK_FALSE(vt::parse_date_time_ns("1000-01-01 00:00:00").has_value());
+  CHECK_FALSE(vt::parse_date_time_ns("9999-12-31 23:59:59").has_value());
+  CHECK(vt::parse_date_time_ns("2261-01-01 00:00:00").has_value());
+  // A JSON number too large for a double was nlohmann's out_of_range, not a parse error.
+  check_error("number_overflow.jsonl", 1, "", "number overflow");
+}
