@@ -68,19 +68,25 @@ atomic_output_file::atomic_output_file(std::string path, std::ostream* standard_
     in_memory_ = true;
     return;
   }
-  std::vector<char> name(target_.begin(), target_.end());
-  const std::string suffix = ".tmp-XXXXXX";
-  name.insert(name.end(), suffix.begin(), suffix.end());
-  name.push_back('\0');
-  const int fd = ::mkstemp(name.data());
-  if (fd < 0) throw_errno(path_ + ": cannot create a temporary file beside it");
-  temp_path_ = name.data();
+  // An unnamed file in the target's directory (O_TMPFILE): a process killed before commit()
+  // leaves nothing behind. Filesystems without O_TMPFILE get a named temporary file instead.
+  const std::string dir = std::filesystem::path(target_).parent_path().string();
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::vector<char> name(target_.begin(), target_.end());
+    const std::string suffix = ".tmp-XXXXXX";
+    name.insert(name.end(), suffix.begin(), suffix.end());
+    name.push_back('\0');
+    fd = ::mkstemp(name.data());
+    if (fd < 0) throw_errno(path_ + ": cannot create a temporary file beside it");
+    temp_path_ = name.data();
+  }
   ::fchmod(fd, exists ? (st.st_mode & 07777) : 0644);
   file_ = ::fdopen(fd, "wb");
   if (file_ == nullptr) {
     const int saved = errno;
     ::close(fd);
-    std::remove(temp_path_.c_str());
+    if (!temp_path_.empty()) std::remove(temp_path_.c_str());
     errno = saved;
     throw_errno(path_ + ": cannot open");
   }
@@ -90,7 +96,7 @@ atomic_output_file::atomic_output_file(std::string path, std::ostream* standard_
 atomic_output_file::~atomic_output_file() {
   if (file_ != nullptr) {
     std::fclose(file_);
-    std::remove(temp_path_.c_str());
+    if (!temp_path_.empty()) std::remove(temp_path_.c_str());
   }
 }
 
@@ -100,7 +106,7 @@ void atomic_output_file::write(std::string_view bytes) {
     return;
   }
   if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
-    throw_errno(temp_path_ + ": write failed");
+    throw_errno(path_ + ": write failed");
   }
 }
 
@@ -128,12 +134,28 @@ void atomic_output_file::commit() {
   }
   std::FILE* file = file_;
   file_ = nullptr;
-  const bool flushed = std::fflush(file) == 0 && std::ferror(file) == 0;
-  const int saved = errno;
-  if (std::fclose(file) != 0 || !flushed) {
-    if (flushed) errno = saved;
-    std::remove(temp_path_.c_str());
-    throw_errno(temp_path_ + ": write failed");
+  bool ok = std::fflush(file) == 0 && std::ferror(file) == 0;
+  int saved = errno;
+  if (ok && temp_path_.empty()) {
+    // Give the unnamed file a name beside the target, then rename it over the target.
+    const std::string proc = "/proc/self/fd/" + std::to_string(::fileno(file));
+    for (unsigned attempt = 0;; ++attempt) {
+      std::string name = target_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(attempt);
+      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+        temp_path_ = std::move(name);
+        break;
+      }
+      if (errno != EEXIST || attempt == 100) {
+        ok = false;
+        saved = errno;
+        break;
+      }
+    }
+  }
+  if (std::fclose(file) != 0 || !ok) {
+    if (!ok) errno = saved;
+    if (!temp_path_.empty()) std::remove(temp_path_.c_str());
+    throw_errno(path_ + ": write failed");
   }
   if (std::rename(temp_path_.c_str(), target_.c_str()) != 0) {
     const int rename_errno = errno;

@@ -13,8 +13,10 @@ namespace vtensor::traces {
 /// - `-` is standard output (the stream given, else std::cout): the bytes are kept in memory
 ///   and written at commit(), so a failed run prints nothing of it.
 /// - A path that is (or, through symlinks, leads to) a regular file or nothing: the bytes go to
-///   a temporary file beside the final target (same directory, so the rename is atomic) and
-///   commit() renames it over that target. Symlinks are followed, never replaced: the link
+///   an unnamed file in the final target's directory (O_TMPFILE, so a process killed before
+///   commit() leaves nothing; a named temporary file beside the target where the filesystem
+///   lacks O_TMPFILE) and commit() names it and renames it over that target (same directory,
+///   so the rename is atomic). Symlinks are followed, never replaced: the link
 ///   stays and its target gets the new content. A file replaced keeps its permission bits.
 /// - A path leading to something else (a character device such as /dev/null, a FIFO): it cannot
 ///   be renamed over, so the bytes are kept in memory and written to it at commit().

@@ -2,7 +2,11 @@
 // (traces/atomic_output_file.hpp, Note [Where an output goes]).
 
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -91,5 +95,51 @@ TEST_SUITE("outputs") {
     const atomic_output_file f("-");
     CHECK(f.to_stdout());
     CHECK_FALSE(atomic_output_file("/dev/null").to_stdout());
+  }
+
+  TEST_CASE("a process killed mid-write leaves the old file and nothing else") {
+    const fs::path dir = fresh_dir("killed");
+    const fs::path p = dir / "out.json";
+    std::ofstream(p) << "old";
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      atomic_output_file f(p.string());
+      f.write(std::string(std::size_t{4} << 20, 'x'));  // past the buffer: bytes reach the disk
+      ::raise(SIGKILL);
+      ::_exit(3);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status));
+    CHECK(read(p) == "old");
+    CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
+  }
+
+  TEST_CASE("a disk that fills mid-write fails naming the path and leaves the old file and nothing else") {
+    const fs::path dir = fresh_dir("full");
+    const fs::path p = dir / "out.json";
+    std::ofstream(p) << "old";
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // a file-size limit stands in for a full disk: writes past it fail (EFBIG)
+      ::signal(SIGXFSZ, SIG_IGN);
+      const rlimit limit{rlim_t{1} << 20, rlim_t{1} << 20};
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+      try {
+        atomic_output_file f(p.string());
+        f.write(std::string(std::size_t{4} << 20, 'x'));
+        f.commit();
+      } catch (const std::system_error& e) {
+        ::_exit(std::string(e.what()).find(p.string()) != std::string::npos ? 0 : 4);
+      }
+      ::_exit(5);  // no error: the limit did not bite
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(read(p) == "old");
+    CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
   }
 }
