@@ -62,7 +62,8 @@ std::vector<std::string> backend_names() {
 std::unique_ptr<vmm_backend> make_backend(std::string_view name, const backend_config& config) {
   for (const registry_entry& entry : k_registry) {
     if (entry.name == name) {
-      return entry.make(config);
+      std::unique_ptr<vmm_backend> backend = entry.make(config);
+      return config.wrap ? config.wrap(std::move(backend)) : std::move(backend);
     }
   }
   throw unknown_backend_error(

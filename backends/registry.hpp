@@ -3,6 +3,7 @@
 /// Asking for a name this build lacks lists the names it has.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,9 @@ struct backend_config {
   std::string calibration_file;  ///< sim: latency costs to load; empty = built-in H200 figures
   bool zero_latency = false;     ///< sim: charge nothing (overrides calibration_file)
   int device_index = 0;          ///< cuda: which GPU
+  /// An adaptor make_backend puts around the backend it built (fault injection, probes: the
+  /// soak tests reach every policy's backend this way); empty: none.
+  std::function<std::unique_ptr<vmm_backend>(std::unique_ptr<vmm_backend>)> wrap;
 };
 
 /// The latency model that prices VMM calls for `config`: nothing with zero_latency, else the

@@ -12,15 +12,22 @@
 
 namespace vtensor::sim {
 
+backend_config device_config(const kv_policy_options& o) {
+  backend_config c;
+  c.capacity_bytes = o.memory_bytes;
+  c.calibration_file = o.calibration_file;
+  c.zero_latency = o.zero_latency;
+  c.device_index = o.device_index;
+  c.wrap = o.wrap_backend;
+  return c;
+}
+
 vtensor_policy_options vtensor_options(const kv_policy_options& o) {
   vtensor_policy_options v;
   v.backend = o.backend;
-  v.device.capacity_bytes = o.memory_bytes;
-  v.device.calibration_file = o.calibration_file;
-  v.device.zero_latency = o.zero_latency;
+  v.device = device_config(o);
   v.manager.geometry = kv_geometry(o.kv, o.layout);
   v.manager.scheduler.max_context_tokens = o.max_context_tokens;
-  v.device.device_index = o.device_index;
   v.manager.scheduler.lookahead_pages = o.lookahead_pages;
   v.manager.scheduler.lookahead_batch = o.lookahead_batch;
   v.manager.scheduler.async_lookahead = o.lookahead_pages > 0 && o.async_lookahead;

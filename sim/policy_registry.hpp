@@ -3,6 +3,7 @@
 /// it understands of (as backends/registry does for backends).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,7 +57,13 @@ struct kv_policy_options {
   static_reserve reserve = static_reserve::max;  ///< static: what a request reserves
   arena_fit arena = arena_fit::first_fit;        ///< static: the arena's allocator
   bool megacache = false;                        ///< vattention: one buffer per K and V (all layers)
+  /// Around every backend a policy builds (backend_config::wrap): tests inject faults with it.
+  std::function<std::unique_ptr<vmm_backend>(std::unique_ptr<vmm_backend>)> wrap_backend;
 };
+
+/// The backend settings every policy builds its VMM backend with: capacity = the budget,
+/// calibration, latency, device, the wrap.
+[[nodiscard]] backend_config device_config(const kv_policy_options& options);
 
 /// The vtensor policy's options for `options` (what make_kv_policy("vtensor", ...) builds).
 [[nodiscard]] vtensor_policy_options vtensor_options(const kv_policy_options& options);

@@ -39,7 +39,7 @@ radix_policy::radix_policy(const kv_policy_options& options)
       bytes_per_token_(checked_bytes_per_token(options)),
       page_tokens_(options.page_tokens),
       page_bytes_(bytes_per_token_ * page_tokens_),
-      pool_(std::make_unique<device_pool>(options.backend, vtensor_options(options).device, options.memory_bytes)) {
+      pool_(std::make_unique<device_pool>(options.backend, device_config(options), options.memory_bytes)) {
   nodes_.emplace_back().live = true;  // the root: holds no token, never locked, never evicted
   startup_ns_ = pool_->backend().step_side().total_model_ns();
   sync_pool_pages();

@@ -181,15 +181,6 @@ void buddy_arena::check(std::uint64_t allocated_slots) const {
 
 namespace {
 
-backend_config device_config(const kv_policy_options& o) {
-  backend_config c;
-  c.capacity_bytes = o.memory_bytes;
-  c.calibration_file = o.calibration_file;
-  c.zero_latency = o.zero_latency;
-  c.device_index = o.device_index;
-  return c;
-}
-
 std::unique_ptr<arena_allocator> make_arena(arena_fit fit) {
   if (fit == arena_fit::buddy) return std::make_unique<buddy_arena>();
   return std::make_unique<first_fit_arena>();

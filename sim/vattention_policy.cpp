@@ -35,10 +35,7 @@ void add_to(vmm_side& into, const vmm_side& d) {
 vattention_policy_options vattention_options(const kv_policy_options& o) {
   vattention_policy_options v;
   v.backend = o.backend;
-  v.device.capacity_bytes = o.memory_bytes;
-  v.device.calibration_file = o.calibration_file;
-  v.device.zero_latency = o.zero_latency;
-  v.device.device_index = o.device_index;
+  v.device = device_config(o);
   v.kv = o.kv;
   v.max_context_tokens = o.max_context_tokens;
   v.lookahead_pages = o.lookahead_pages;
