@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "sim/paged_policy.hpp"
 #include "sim/vtensor_policy.hpp"
 
 namespace vtensor::sim {
@@ -29,9 +30,10 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o) {
 
 std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy_options& o) {
   if (name == "vtensor") return std::make_unique<vtensor_policy>(vtensor_options(o));
+  if (name == "paged") return std::make_unique<paged_policy>(o);
   throw std::invalid_argument(fmt::format("unknown policy '{}' (known: {})", name, fmt::join(kv_policy_names(), ", ")));
 }
 
-std::vector<std::string> kv_policy_names() { return {"vtensor"}; }
+std::vector<std::string> kv_policy_names() { return {"vtensor", "paged"}; }
 
 }  // namespace vtensor::sim
