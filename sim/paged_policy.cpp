@@ -183,7 +183,6 @@ void paged_policy::init(const kv_policy_options& o) {
 // FreeKVCacheBlockQueue starts as blocks 0, 1, ..., N - 1).
 void paged_policy::adopt_new_blocks() {
   const std::uint64_t n = pool_->physical_bytes() / block_bytes_;
-  blocks_.reserve(n);
   while (blocks_.size() < n) {
     const auto b = static_cast<std::uint32_t>(blocks_.size());
     blocks_.emplace_back();
