@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "sim/paged_policy.hpp"
 #include "sim/radix_policy.hpp"
 #include "sim/static_policy.hpp"
 #include "sim/vattention_policy.hpp"
@@ -39,12 +40,13 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o) {
 
 std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy_options& o) {
   if (name == "vtensor") return std::make_unique<vtensor_policy>(vtensor_options(o));
+  if (name == "paged") return std::make_unique<paged_policy>(o);
   if (name == "radix") return std::make_unique<radix_policy>(o);
   if (name == "static") return std::make_unique<static_policy>(o);
   if (name == "vattention") return std::make_unique<vattention_policy>(vattention_options(o));
   throw std::invalid_argument(fmt::format("unknown policy '{}' (known: {})", name, fmt::join(kv_policy_names(), ", ")));
 }
 
-std::vector<std::string> kv_policy_names() { return {"vtensor", "radix", "static", "vattention"}; }
+std::vector<std::string> kv_policy_names() { return {"vtensor", "paged", "radix", "static", "vattention"}; }
 
 }  // namespace vtensor::sim

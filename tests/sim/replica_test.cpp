@@ -51,7 +51,7 @@ TEST_CASE("kv_policy: the vtensor policy admits, grows, releases and reports thr
   CHECK(s.memory.mapped_bytes > 0);
   p->release(request_id{2}, release_reason::preempted);
   p->check_invariants();
-  CHECK_THROWS_AS((void)make_kv_policy("paged", llama_policy(k_unlimited)), std::invalid_argument);
+  CHECK_THROWS_AS((void)make_kv_policy("nope", llama_policy(k_unlimited)), std::invalid_argument);
 }
 
 TEST_CASE("replica: one request's steps follow the roofline - TTFT, TPOT, end-to-end") {

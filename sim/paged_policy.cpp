@@ -1,0 +1,592 @@
+#include "sim/paged_policy.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include "backends/units.hpp"
+
+namespace vtensor::sim {
+namespace {
+
+constexpr std::uint8_t k_in_queue = 1;
+constexpr std::uint8_t k_in_spare = 2;
+
+// splitmix64's finaliser: a bijection that spreads every input bit.
+constexpr std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x;
+}
+
+constexpr std::uint64_t combine(std::uint64_t h, std::uint64_t v) {
+  return mix64(h ^ mix64(v + 0x9E3779B97F4A7C15ull));
+}
+
+// The parent of a request's first block (vLLM's NONE_HASH).
+constexpr std::uint64_t k_root_hash = 0x6A09E667F3BCC909ull;
+
+std::uint64_t block_bytes_of(const kv_policy_options& o) {
+  if (o.block_tokens == 0) throw std::invalid_argument("paged policy: block_tokens must be at least 1");
+  const std::uint64_t token = o.kv.kv_bytes_per_token();
+  if (token == 0) throw std::invalid_argument("paged policy: kv (the model's KV shape) holds no byte per token");
+  if (token > std::numeric_limits<std::uint64_t>::max() / o.block_tokens) {
+    throw std::invalid_argument(fmt::format("paged policy: block_tokens {} makes a block too large", o.block_tokens));
+  }
+  return token * o.block_tokens;
+}
+
+std::unique_ptr<device_pool> make_pool(std::unique_ptr<vmm_backend> inner, const latency_model& model,
+                                       const kv_policy_options& o) {
+  const std::uint64_t bytes = block_bytes_of(o);  // options first: nothing is reserved for bad ones
+  if (o.memory_bytes != std::numeric_limits<std::uint64_t>::max() &&
+      o.memory_bytes / k_chunk_bytes * k_chunk_bytes < bytes) {
+    throw std::invalid_argument(
+        fmt::format("paged policy: memory_bytes {} holds no whole block of {} bytes", o.memory_bytes, bytes));
+  }
+  return std::make_unique<device_pool>(std::move(inner), model, o.memory_bytes);
+}
+
+}  // namespace
+
+// ---- intrusive lists and the hash index -------------------------------------------------------
+
+void paged_policy::block_list::push_back(std::vector<block>& bs, std::uint32_t b) {
+  block& x = bs[b];
+  x.prev = tail;
+  x.next = k_nil;
+  x.list = tag;
+  if (tail == k_nil) {
+    head = b;
+  } else {
+    bs[tail].next = b;
+  }
+  tail = b;
+  ++size;
+}
+
+std::uint32_t paged_policy::block_list::pop_front(std::vector<block>& bs) {
+  const std::uint32_t b = head;
+  remove(bs, b);
+  return b;
+}
+
+void paged_policy::block_list::remove(std::vector<block>& bs, std::uint32_t b) {
+  block& x = bs[b];
+  if (x.prev == k_nil) {
+    head = x.next;
+  } else {
+    bs[x.prev].next = x.next;
+  }
+  if (x.next == k_nil) {
+    tail = x.prev;
+  } else {
+    bs[x.next].prev = x.prev;
+  }
+  x.prev = x.next = k_nil;
+  x.list = 0;
+  --size;
+}
+
+std::size_t paged_policy::hash_index::slot_of(std::uint64_t key) const {
+  const std::size_t mask = slots.size() - 1;
+  std::size_t at = static_cast<std::size_t>(mix64(key)) & mask;
+  while (slots[at].key != 0 && slots[at].key != key) at = (at + 1) & mask;
+  return at;
+}
+
+std::uint32_t paged_policy::hash_index::find(std::uint64_t key) const {
+  const entry& e = slots[slot_of(key)];
+  return e.key == 0 ? k_nil : e.value;
+}
+
+void paged_policy::hash_index::grow() {
+  std::vector<entry> old(slots.size() * 2);
+  old.swap(slots);
+  for (const entry& e : old) {
+    if (e.key != 0) slots[slot_of(e.key)] = e;
+  }
+}
+
+void paged_policy::hash_index::set(std::uint64_t key, std::uint32_t value) {
+  if ((size + 1) * 2 > slots.size()) grow();
+  entry& e = slots[slot_of(key)];
+  if (e.key == 0) ++size;
+  e = {key, value};
+}
+
+// Linear probing with backward-shift deletion: no tombstones, so lookups stay short however
+// many blocks are evicted.
+void paged_policy::hash_index::erase(std::uint64_t key) {
+  const std::size_t mask = slots.size() - 1;
+  std::size_t hole = slot_of(key);
+  if (slots[hole].key == 0) return;
+  --size;
+  for (std::size_t at = (hole + 1) & mask; slots[at].key != 0; at = (at + 1) & mask) {
+    const std::size_t home = static_cast<std::size_t>(mix64(slots[at].key)) & mask;
+    // Move the entry at `at` into the hole unless its home lies cyclically in (hole, at].
+    const bool stays = hole <= at ? (hole < home && home <= at) : (hole < home || home <= at);
+    if (stays) continue;
+    slots[hole] = slots[at];
+    hole = at;
+  }
+  slots[hole] = {};
+}
+
+// ---- construction -----------------------------------------------------------------------------
+
+paged_policy::paged_policy(const kv_policy_options& options)
+    : paged_policy(make_backend(options.backend, device_config(options)), latency_model_for(device_config(options)), options) {}
+
+paged_policy::paged_policy(std::unique_ptr<vmm_backend> inner, const latency_model& model,
+                           const kv_policy_options& options)
+    : pool_(make_pool(std::move(inner), model, options)) {
+  init(options);
+}
+
+paged_policy::~paged_policy() = default;
+
+void paged_policy::init(const kv_policy_options& o) {
+  backend_name_ = o.backend;
+  memory_bytes_ = o.memory_bytes;
+  token_bytes_ = o.kv.kv_bytes_per_token();
+  block_tokens_ = o.block_tokens;
+  block_bytes_ = block_bytes_of(o);
+  prefix_caching_ = o.prefix_caching;
+  unlimited_ = !pool_->preallocated();
+  queue_.tag = k_in_queue;
+  spare_.tag = k_in_spare;
+  if (pool_->capacity_bytes() / block_bytes_ >= k_nil) {
+    throw std::invalid_argument(
+        fmt::format("paged policy: memory_bytes {} holds {} blocks of block_tokens {}, more than block ids can name",
+                    o.memory_bytes, pool_->capacity_bytes() / block_bytes_, o.block_tokens));
+  }
+  adopt_new_blocks();
+  startup_ns_ = pool_->backend().step_side().total_model_ns();
+}
+
+// Blocks of the chunks mapped since the last call enter the free list in index order (vLLM's
+// FreeKVCacheBlockQueue starts as blocks 0, 1, ..., N - 1).
+void paged_policy::adopt_new_blocks() {
+  const std::uint64_t n = pool_->physical_bytes() / block_bytes_;
+  while (blocks_.size() < n) {
+    const auto b = static_cast<std::uint32_t>(blocks_.size());
+    blocks_.emplace_back();
+    free_list_for(blocks_[b]).push_back(blocks_, b);
+    ++free_;
+  }
+}
+
+// ---- block hashes -----------------------------------------------------------------------------
+
+// Note [Block hashes from trace keys]
+// vLLM hashes each full block of block_size tokens as hash(parent block's hash, the block's token
+// ids) (kv_cache_utils.hash_block_tokens, chained in hash_request_tokens / request.block_hashes);
+// a partial block has no hash and is never shared. A trace gives no token ids, only keys:
+// kv_request::blocks, one per 512 tokens in Mooncake (the last may be shorter), each naming the
+// content of its tokens. The tokens of a block are therefore named by the keys that cover them and
+// where in those keys they lie: block i covers tokens [i * B, (i + 1) * B), and for each key k
+// overlapping that span the hash takes in (k, first and one-past-last offset inside k), in order,
+// chained onto the parent block's hash. With B dividing 512 a block lies in key floor(i * B / 512)
+// at offset i * B mod 512; a block straddling two keys takes in both. Two requests thus share a
+// block exactly when the same key chain covers it (the chain through the parent hash), whatever
+// the length of a short last key (its first tokens are the same tokens). Only blocks that keys
+// cover entirely are hashed: a block reaching past the keyed tokens (into a prompt's unkeyed tail
+// or a request's generated tokens) holds tokens unique to its request, so it gets no hash, and
+// nor does any block after it (their parent chain is unique). Hashes are 64 bits; a collision
+// would share a block wrongly (vLLM's builtin hash takes the same risk; its sha256 option does not).
+void paged_policy::hash_blocks(const kv_request& r) {
+  hashes_.clear();
+  std::uint64_t keyed = 0;
+  for (const token_block& k : r.blocks) keyed += k.tokens;
+  keyed = std::min(keyed, r.prompt_tokens);
+  const std::uint64_t full = keyed / block_tokens_;
+  hashes_.reserve(full);
+  std::uint64_t parent = k_root_hash;
+  std::size_t key = 0;          // first key that may overlap the block
+  std::uint64_t key_start = 0;  // its first token
+  for (std::uint64_t i = 0; i < full; ++i) {
+    const std::uint64_t begin = i * block_tokens_;
+    const std::uint64_t end = begin + block_tokens_;
+    while (key_start + r.blocks[key].tokens <= begin) key_start += r.blocks[key++].tokens;
+    std::uint64_t h = parent;
+    std::size_t k = key;
+    std::uint64_t k_start = key_start;
+    for (;;) {
+      const std::uint64_t k_end = k_start + r.blocks[k].tokens;
+      const std::uint64_t lo = std::max(begin, k_start) - k_start;
+      const std::uint64_t hi = std::min(end, k_end) - k_start;
+      h = combine(combine(h, r.blocks[k].key), (lo << 32) | hi);
+      if (k_end >= end) break;
+      k_start = k_end;
+      ++k;
+    }
+    if (h == 0) h = 1;  // 0 marks "no hash"
+    hashes_.push_back(h);
+    parent = h;
+  }
+}
+
+// ---- the prefix cache -------------------------------------------------------------------------
+
+// vLLM keeps every block registered under a hash, duplicates included (a request that recomputed
+// a block another one cached: block tables are append-only, so it is not swapped), and a lookup
+// answers with the first registered (BlockPool.get_cached_block). The index holds that first
+// block; the others follow it in registration order on the dup links.
+void paged_policy::register_block(std::uint32_t b, std::uint64_t hash) {
+  block& x = blocks_[b];
+  x.hash = hash;
+  const std::uint32_t first = index_.find(hash);
+  if (first == k_nil) {
+    index_.set(hash, b);
+    return;
+  }
+  std::uint32_t last = first;
+  while (blocks_[last].dup_next != k_nil) last = blocks_[last].dup_next;
+  blocks_[last].dup_next = b;
+  x.dup_prev = last;
+}
+
+void paged_policy::unregister_block(std::uint32_t b) {
+  block& x = blocks_[b];
+  if (x.dup_prev == k_nil) {
+    if (x.dup_next == k_nil) {
+      index_.erase(x.hash);
+    } else {
+      index_.set(x.hash, x.dup_next);
+    }
+  } else {
+    blocks_[x.dup_prev].dup_next = x.dup_next;
+  }
+  if (x.dup_next != k_nil) blocks_[x.dup_next].dup_prev = x.dup_prev;
+  x.dup_prev = x.dup_next = k_nil;
+  x.hash = 0;
+}
+
+// ---- allocation -------------------------------------------------------------------------------
+
+// Note [Admission like allocate_slots]
+// vLLM's KVCacheManager.allocate_slots asks for num_new_blocks = blocks for the tokens - blocks
+// the request holds - its cache hits, and refuses (returning None, having changed nothing) when
+// that number plus the hit blocks that sit in the free queue (refcount 0: reviving them takes
+// them out of the queue, single_type_kv_cache_manager.get_num_blocks_to_allocate) exceeds the
+// free queue's length. Otherwise it touches the hits (BlockPool.touch: out of the queue, refcount
+// + 1), pops the new blocks from the queue's head, evicting the hash of any popped block
+// (BlockPool.get_new_blocks, _maybe_evict_cached_block), and caches the blocks that are full
+// (cache_full_blocks). An unlimited pool grows instead (Note [Unlimited pool]).
+bool paged_policy::have_free(std::uint64_t n, std::uint64_t revived) {
+  if (!unlimited_) return n + revived <= queue_.size;
+  if (n <= spare_.size) return true;
+  const std::uint64_t want = blocks_.size() + (n - spare_.size);
+  bool grown = false;
+  if (want <= pool_->capacity_bytes() / block_bytes_) {
+    try {
+      grown = pool_->grow_to(want * block_bytes_);
+    } catch (...) {
+      adopt_new_blocks();  // the chunks mapped before the failure stay in the pool
+      throw;
+    }
+  }
+  adopt_new_blocks();
+  return grown && n <= spare_.size;
+}
+
+std::uint32_t paged_policy::take_block() {
+  block_list& from = unlimited_ ? spare_ : queue_;
+  const std::uint32_t b = from.pop_front(blocks_);
+  block& x = blocks_[b];
+  if (x.hash != 0) {
+    unregister_block(b);
+    ++evictions_;
+    --cached_;
+  } else {
+    --free_;
+  }
+  x.fill = 0;
+  x.ref = 1;
+  ++held_;
+  return b;
+}
+
+void paged_policy::append_blocks(request_state& s, std::uint64_t tokens) {
+  if (!s.table.empty()) {  // the last block's free slots first
+    block& last = blocks_[s.table.back()];
+    const auto add = static_cast<std::uint32_t>(std::min<std::uint64_t>(block_tokens_ - last.fill, tokens));
+    last.fill += add;
+    tokens -= add;
+  }
+  while (tokens > 0) {
+    const std::uint32_t b = take_block();
+    const auto add = static_cast<std::uint32_t>(std::min<std::uint64_t>(block_tokens_, tokens));
+    blocks_[b].fill = add;
+    tokens -= add;
+    s.table.push_back(b);
+  }
+}
+
+paged_policy::request_state& paged_policy::live(request_id id) {
+  const auto it = requests_.find(id.value);
+  if (it == requests_.end()) throw std::invalid_argument(fmt::format("paged policy: unknown request {}", id.value));
+  return it->second;
+}
+
+const std::vector<std::uint32_t>& paged_policy::block_table(request_id id) const {
+  const auto it = requests_.find(id.value);
+  if (it == requests_.end()) throw std::invalid_argument(fmt::format("paged policy: unknown request {}", id.value));
+  return it->second.table;
+}
+
+kv_admit_result paged_policy::do_admit(const kv_request& r) {
+  if (requests_.contains(r.id.value)) {
+    throw std::invalid_argument(fmt::format("paged policy: request {} is already admitted", r.id.value));
+  }
+  if (r.prompt_tokens == 0 || r.prompt_tokens > r.max_tokens) {
+    throw std::invalid_argument(fmt::format("paged policy: request {} has prompt_tokens {} and max_tokens {}",
+                                            r.id.value, r.prompt_tokens, r.max_tokens));
+  }
+  // The cache lookup: leading full blocks whose hash is cached, at most (prompt - 1) / B of them
+  // (kv_cache_manager.get_computed_blocks: max_cache_hit_length = num_tokens - 1).
+  hits_.clear();
+  std::uint64_t revived = 0;
+  if (prefix_caching_) {
+    hash_blocks(r);
+    const std::uint64_t max_hits = std::min<std::uint64_t>(hashes_.size(), (r.prompt_tokens - 1) / block_tokens_);
+    for (std::uint64_t i = 0; i < max_hits; ++i) {
+      const std::uint32_t b = index_.find(hashes_[i]);
+      if (b == k_nil) break;
+      hits_.push_back(b);
+      if (blocks_[b].ref == 0) ++revived;
+    }
+  }
+  const std::uint64_t needed = ceil_div(r.prompt_tokens, std::uint64_t{block_tokens_}) - hits_.size();
+  if (!have_free(needed, revived)) return {};
+
+  request_state s;
+  s.table.reserve(ceil_div(r.max_tokens, std::uint64_t{block_tokens_}));
+  for (const std::uint32_t b : hits_) {  // BlockPool.touch
+    block& x = blocks_[b];
+    if (x.ref == 0) {
+      queue_.remove(blocks_, b);
+      --cached_;
+      ++held_;
+      used_tokens_ += x.fill;
+    }
+    ++x.ref;
+    s.table.push_back(b);
+  }
+  const std::uint64_t hit_tokens = hits_.size() * block_tokens_;
+  append_blocks(s, r.prompt_tokens - hit_tokens);
+  used_tokens_ += r.prompt_tokens - hit_tokens;
+  if (prefix_caching_) {  // cache_full_blocks: the new full keyed blocks
+    for (std::size_t i = hits_.size(); i < hashes_.size(); ++i) register_block(s.table[i], hashes_[i]);
+  }
+  s.tokens = r.prompt_tokens;
+  s.max_tokens = r.max_tokens;
+  requests_.emplace(r.id.value, std::move(s));
+  live_tokens_ += r.prompt_tokens;
+  prompt_tokens_ += r.prompt_tokens;
+  hit_tokens_ += hit_tokens;
+  return {true, hit_tokens, 0};
+}
+
+bool paged_policy::do_grow(request_id id, std::uint64_t tokens) {
+  request_state& s = live(id);
+  if (tokens > s.max_tokens - s.tokens) {
+    throw std::invalid_argument(fmt::format("paged policy: request {} grows by {} past its max_tokens {} (has {})",
+                                            id.value, tokens, s.max_tokens, s.tokens));
+  }
+  const std::uint64_t needed = ceil_div(s.tokens + tokens, std::uint64_t{block_tokens_}) - s.table.size();
+  if (!have_free(needed, 0)) return false;
+  append_blocks(s, tokens);
+  s.tokens += tokens;
+  used_tokens_ += tokens;
+  live_tokens_ += tokens;
+  return true;
+}
+
+// Note [Freeing tail first]
+// vLLM frees a request's blocks in reverse order (single_type_kv_cache_manager.free:
+// `ordered_blocks = reversed(req_blocks)`), and BlockPool.free_blocks appends each block whose
+// refcount drops to 0 to the queue's tail: the request's last block enters the queue first and
+// is evicted first, its first block (the most shared prefix) last. A freed block keeps its hash,
+// so it stays findable until it is popped. A preempted request is freed the same way
+// (Scheduler._preempt_request calls kv_cache_manager.free): its cached blocks stay hashable and
+// its re-admission may hit them.
+void paged_policy::do_release(request_id id, release_reason /*why*/) {
+  const auto it = requests_.find(id.value);
+  if (it == requests_.end()) throw std::invalid_argument(fmt::format("paged policy: unknown request {}", id.value));
+  const request_state& s = it->second;
+  for (auto b = s.table.rbegin(); b != s.table.rend(); ++b) {
+    block& x = blocks_[*b];
+    if (--x.ref > 0) continue;
+    --held_;
+    used_tokens_ -= x.fill;
+    if (x.hash != 0) {
+      ++cached_;
+    } else {
+      x.fill = 0;
+      ++free_;
+    }
+    free_list_for(x).push_back(blocks_, *b);
+  }
+  live_tokens_ -= s.tokens;
+  requests_.erase(it);
+}
+
+// ---- figures ----------------------------------------------------------------------------------
+
+// Note [Paged memory breakdown]
+// Every block is held (refcount > 0), cached (refcount 0 with a hash: in the queue, revivable) or
+// free (refcount 0, no hash). Of the held blocks, `used` is their valid tokens, each block once
+// however many requests share it (only full blocks are shared); the rest of the held blocks is
+// `internal` (the unused tail of each request's last block). The bytes of the pool below one
+// block (the end of the last chunk) back no block: `reserved_idle`. Any free block serves any
+// request, so nothing is `external`. The pool never returns a chunk to the driver, so evicting
+// cached blocks reclaims nothing (`reclaimable` 0) and `cached_pinning` is reported as 0.
+kv_stats paged_policy::do_stats() const {
+  kv_stats s;
+  memory_stats& m = s.memory;
+  m.physical_bytes = pool_->physical_bytes();
+  m.mapped_bytes = held_ * block_bytes_;
+  m.used_bytes = used_tokens_ * token_bytes_;
+  m.cached_bytes = cached_ * block_bytes_;
+  m.free_pool_bytes = free_ * block_bytes_;
+  m.logical_bytes = live_tokens_ * token_bytes_;
+  memory_breakdown& b = s.breakdown;
+  b.used = m.used_bytes;
+  b.internal = m.mapped_bytes - m.used_bytes;
+  b.reserved_idle = m.physical_bytes - blocks_.size() * block_bytes_;
+  b.cached = m.cached_bytes;
+  b.free = m.free_pool_bytes;
+  s.prompt_tokens = prompt_tokens_;
+  s.prefix_hit_tokens = hit_tokens_;
+  s.evictions = evictions_;
+  s.chunks_created = pool_->physical_bytes() / k_chunk_bytes;
+  s.vmm = pool_->backend().counters();
+  return s;
+}
+
+// The reservation and the preallocation are start-up work, on no step; only an unlimited pool's
+// growth is on the clock.
+sim_ns paged_policy::do_vmm_time() const { return sim_ns{pool_->backend().step_side().total_model_ns() - startup_ns_}; }
+
+std::optional<vmm_split_report> paged_policy::do_vmm_report() const {
+  vmm_split_report r;
+  r.step = pool_->backend().step_side();
+  r.critical_model_ns = do_vmm_time().count();
+  r.chunks_created = pool_->physical_bytes() / k_chunk_bytes;
+  return r;
+}
+
+nlohmann::ordered_json paged_policy::do_describe() const {
+  return {{"backend", backend_name_},
+          {"memory_bytes", unlimited_ ? nlohmann::ordered_json("unlimited") : nlohmann::ordered_json(memory_bytes_)},
+          {"kv_bytes_per_token", token_bytes_},
+          {"block_tokens", block_tokens_},
+          {"block_bytes", block_bytes_},
+          {"prefix_caching", prefix_caching_},
+          {"pool", unlimited_ ? "grows on demand" : "preallocated"},
+          {"num_blocks", blocks_.size()}};
+}
+
+std::vector<std::uint32_t> paged_policy::free_queue() const {
+  std::vector<std::uint32_t> out;
+  out.reserve(queue_.size);
+  for (std::uint32_t b = queue_.head; b != k_nil; b = blocks_[b].next) out.push_back(b);
+  return out;
+}
+
+// ---- invariants -------------------------------------------------------------------------------
+
+void paged_policy::do_check_invariants() const {
+  const auto fail = [](const std::string& what) { throw std::logic_error("paged policy: " + what); };
+  const std::uint64_t n = blocks_.size();
+  if (n != pool_->physical_bytes() / block_bytes_) {
+    fail(fmt::format("{} blocks in a pool of {} bytes", n, pool_->physical_bytes()));
+  }
+  if (held_ + cached_ + free_ != n) fail(fmt::format("held {} + cached {} + free {} != {}", held_, cached_, free_, n));
+  // The free lists: links both ways, members free, sizes.
+  const auto walk = [&](const block_list& l, const char* name) {
+    std::uint64_t count = 0;
+    std::uint32_t prev = k_nil;
+    for (std::uint32_t b = l.head; b != k_nil; b = blocks_[b].next) {
+      if (b >= n || ++count > n) fail(fmt::format("the {} list is broken at block {}", name, b));
+      const block& x = blocks_[b];
+      if (x.prev != prev || x.list != l.tag) fail(fmt::format("block {} is badly linked in the {} list", b, name));
+      if (x.ref != 0) fail(fmt::format("block {} with refcount {} is in the {} list", b, x.ref, name));
+      prev = b;
+    }
+    if (prev != l.tail || count != l.size) fail(fmt::format("the {} list holds {}, says {}", name, count, l.size));
+  };
+  walk(queue_, "free queue");
+  walk(spare_, "spare");
+  if (!unlimited_ && spare_.size != 0) fail("a preallocated pool uses the spare list");
+  // References and fills from the live block tables.
+  std::vector<std::uint32_t> refs(n, 0);
+  std::uint64_t live_tokens = 0;
+  for (const auto& [id, s] : requests_) {
+    if (s.tokens == 0 || s.tokens > s.max_tokens) fail(fmt::format("request {} has {} tokens", id, s.tokens));
+    if (s.table.size() != ceil_div(s.tokens, std::uint64_t{block_tokens_})) {
+      fail(fmt::format("request {} has {} tokens in {} blocks", id, s.tokens, s.table.size()));
+    }
+    for (std::size_t k = 0; k < s.table.size(); ++k) {
+      const std::uint32_t b = s.table[k];
+      if (b >= n) fail(fmt::format("request {} holds block {} of {}", id, b, n));
+      ++refs[b];
+      const std::uint64_t want = std::min<std::uint64_t>(block_tokens_, s.tokens - k * block_tokens_);
+      if (blocks_[b].fill != want)
+        fail(fmt::format("block {} of request {} holds {} tokens, not {}", b, id, blocks_[b].fill, want));
+      if (blocks_[b].hash != 0 && want != block_tokens_) fail(fmt::format("partial block {} has a hash", b));
+    }
+    live_tokens += s.tokens;
+  }
+  if (live_tokens != live_tokens_) fail(fmt::format("live tokens {} != {}", live_tokens, live_tokens_));
+  std::uint64_t held = 0, cached = 0, used = 0, hashed = 0;
+  for (std::uint32_t b = 0; b < n; ++b) {
+    const block& x = blocks_[b];
+    if (x.ref != refs[b]) fail(fmt::format("block {} has refcount {}, held by {}", b, x.ref, refs[b]));
+    if (x.hash != 0) ++hashed;
+    if (x.hash != 0 && !prefix_caching_) fail(fmt::format("block {} has a hash with prefix caching off", b));
+    if (x.ref > 0) {
+      ++held;
+      used += x.fill;
+      if (x.list != 0) fail(fmt::format("held block {} is in a free list", b));
+    } else if (x.hash != 0) {
+      ++cached;
+      if (x.list != k_in_queue || x.fill != block_tokens_) fail(fmt::format("cached block {} is misplaced", b));
+    } else if (x.list != (unlimited_ ? k_in_spare : k_in_queue) || x.fill != 0) {
+      fail(fmt::format("free block {} is misplaced", b));
+    }
+    if (x.hash != 0) {  // findable: the index leads to a chain holding it
+      std::uint32_t c = index_.find(x.hash);
+      std::uint64_t steps = 0;
+      while (c != k_nil && c != b && ++steps <= n) c = blocks_[c].dup_next;
+      if (c != b) fail(fmt::format("cached block {} cannot be found by its hash", b));
+    } else if (x.dup_prev != k_nil || x.dup_next != k_nil) {
+      fail(fmt::format("block {} without a hash has duplicate links", b));
+    }
+  }
+  if (held != held_ || cached != cached_)
+    fail(fmt::format("held {} cached {}, counted {} {}", held, cached, held_, cached_));
+  if (used != used_tokens_) fail(fmt::format("used tokens {} != {}", used, used_tokens_));
+  // Every index entry heads a chain of blocks of its hash, in order; chains cover every hashed block.
+  std::uint64_t chained = 0;
+  for (const hash_index::entry& e : index_.slots) {
+    if (e.key == 0) continue;
+    std::uint32_t prev = k_nil;
+    for (std::uint32_t c = e.value; c != k_nil; c = blocks_[c].dup_next) {
+      if (c >= n || blocks_[c].hash != e.key || blocks_[c].dup_prev != prev || ++chained > n) {
+        fail(fmt::format("the chain of hash {:#x} is broken at block {}", e.key, c));
+      }
+      prev = c;
+    }
+  }
+  if (chained != hashed) fail(fmt::format("{} hashed blocks, {} in the index", hashed, chained));
+}
+
+}  // namespace vtensor::sim

@@ -1,0 +1,164 @@
+#pragma once
+/// The `paged` KV policy, after vLLM v1 (vllm/v1/core: kv_cache_manager.py, block_pool.py,
+/// kv_cache_utils.py, single_type_kv_cache_manager.py): one pool of fixed blocks of
+/// `block_tokens` tokens, per-request block tables, automatic prefix caching by a hash chained
+/// over full blocks, reference counts, and a free-block queue in LRU order whose head is evicted
+/// when a block is allocated. docs/policies/paged.md says what is modelled and where it departs.
+///
+/// Note [Paged pool]
+/// vLLM sizes its KV cache from the memory budget at start-up (num_gpu_blocks) and allocates it
+/// whole. Here the pool is one sim::device_pool mapped whole at start for a finite budget:
+/// num_blocks = floor(physical bytes / block bytes), block i at byte offset i x block bytes; the
+/// bytes below one block at the end of the last chunk back no block and count as reserved-idle.
+/// The pool never gives memory back to the driver. With `--memory unlimited` there is no budget
+/// to size it from; the pool then grows by whole chunks when an allocation finds no free block
+/// without a hash (Note [Unlimited pool]).
+///
+/// Note [Unlimited pool]
+/// An unlimited budget stands for "a vLLM whose pool is large enough never to evict": in such a
+/// pool the queue's head is always a block never used before, so no cached block is ever
+/// popped. The policy keeps that meaning without a pool of infinite size: cached free blocks
+/// (refcount 0, with a hash) stay in the LRU queue (where a hit revives them) and are never
+/// popped; free blocks without a hash sit in a second list (`spare`) that allocation takes from;
+/// when it is short, the pool maps more chunks and appends the blocks they hold to it. Which
+/// hashless block a request gets changes no figure, so the second list needs no LRU order.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/device_pool.hpp"
+#include "sim/kv_policy.hpp"
+#include "sim/policy_registry.hpp"
+
+namespace vtensor::sim {
+
+/// The paged policy. Reads kv (bytes per token), memory_bytes, backend, calibration_file,
+/// zero_latency, device_index, block_tokens and prefix_caching of kv_policy_options.
+class paged_policy final : public kv_policy {
+ public:
+  /// Builds the pool on the backend named in `options`. Throws std::invalid_argument for bad
+  /// options (naming the option), unknown_backend_error, calibration_error, vmm_error, or
+  /// std::runtime_error when the device cannot back the budget.
+  explicit paged_policy(const kv_policy_options& options);
+  /// The same over a backend built by the caller (tests inject faults this way); `model` prices
+  /// the calls. On a throw nothing is left held on `inner`.
+  paged_policy(std::unique_ptr<vmm_backend> inner, const latency_model& model, const kv_policy_options& options);
+  ~paged_policy() override;
+
+  /// Marks "no block" in block ids and links.
+  static constexpr std::uint32_t k_nil = ~std::uint32_t{0};
+
+  /// Blocks in the pool now (grows with an unlimited budget).
+  [[nodiscard]] std::uint64_t num_blocks() const { return blocks_.size(); }
+  /// Bytes of one block (block_tokens x KV bytes per token).
+  [[nodiscard]] std::uint64_t block_bytes() const { return block_bytes_; }
+  /// The free-block queue, head (evicted next) first. Walks the queue: for tests.
+  [[nodiscard]] std::vector<std::uint32_t> free_queue() const;
+  /// The block table of live request `id` (throws std::invalid_argument when not live).
+  [[nodiscard]] const std::vector<std::uint32_t>& block_table(request_id id) const;
+  /// Reference count of block `b` (live requests holding it).
+  [[nodiscard]] std::uint32_t ref_count(std::uint32_t b) const { return blocks_.at(b).ref; }
+  /// Whether block `b` holds a hash (is in the prefix cache).
+  [[nodiscard]] bool cached(std::uint32_t b) const { return blocks_.at(b).hash != 0; }
+  /// The device region.
+  [[nodiscard]] const device_pool& pool() const { return *pool_; }
+
+ private:
+  /// One block of the pool. `hash` is 0 when the block holds none.
+  struct block {
+    std::uint64_t hash = 0;                            // chained block hash, 0: not in the cache
+    std::uint32_t prev = k_nil, next = k_nil;          // links of the free list it is in
+    std::uint32_t dup_prev = k_nil, dup_next = k_nil;  // blocks of the same hash, registration order
+    std::uint32_t ref = 0;                             // live requests holding it
+    std::uint32_t fill = 0;                            // valid tokens (kept while cached)
+    std::uint8_t list = 0;                             // 0: none, 1: queue, 2: spare
+  };
+
+  /// An intrusive doubly linked list of blocks (vLLM's FreeKVCacheBlockQueue): O(1) append,
+  /// pop from the head and removal from the middle.
+  struct block_list {
+    std::uint32_t head = k_nil, tail = k_nil;
+    std::uint64_t size = 0;
+    std::uint8_t tag = 0;  // the `list` value of its members
+    void push_back(std::vector<block>& bs, std::uint32_t b);
+    std::uint32_t pop_front(std::vector<block>& bs);
+    void remove(std::vector<block>& bs, std::uint32_t b);
+  };
+
+  /// Open-addressing map from a block hash to the first block registered with it (vLLM's
+  /// cached_block_hash_to_block keeps every duplicate and answers with the first).
+  struct hash_index {
+    struct entry {
+      std::uint64_t key = 0;  // 0: empty
+      std::uint32_t value = 0;
+    };
+    std::vector<entry> slots = std::vector<entry>(1024);
+    std::uint64_t size = 0;
+    [[nodiscard]] std::uint32_t find(std::uint64_t key) const;
+    void set(std::uint64_t key, std::uint32_t value);  // inserts or overwrites
+    void erase(std::uint64_t key);
+    [[nodiscard]] std::size_t slot_of(std::uint64_t key) const;
+    void grow();
+  };
+
+  struct request_state {
+    std::vector<std::uint32_t> table;  // block table
+    std::uint64_t tokens = 0;          // tokens backed
+    std::uint64_t max_tokens = 0;
+  };
+
+  kv_admit_result do_admit(const kv_request& r) override;
+  bool do_grow(request_id id, std::uint64_t tokens) override;
+  void do_release(request_id id, release_reason why) override;
+  [[nodiscard]] kv_stats do_stats() const override;
+  [[nodiscard]] sim_ns do_vmm_time() const override;
+  [[nodiscard]] kv_access do_access() const override { return {true, block_tokens_}; }
+  [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override;
+  [[nodiscard]] std::string do_name() const override { return "paged"; }
+  [[nodiscard]] nlohmann::ordered_json do_describe() const override;
+  void do_check_invariants() const override;
+
+  void init(const kv_policy_options& options);                           // after pool_ is built
+  void hash_blocks(const kv_request& r);                                 // hashes_ := hashes of the full keyed blocks
+  [[nodiscard]] bool have_free(std::uint64_t n, std::uint64_t revived);  // may grow an unlimited pool
+  void adopt_new_blocks();                                               // blocks of chunks mapped since
+  std::uint32_t take_block();                                            // pops a free block (evicts its hash)
+  void register_block(std::uint32_t b, std::uint64_t hash);              // into the prefix cache
+  void unregister_block(std::uint32_t b);                                // out of it (an eviction)
+  void append_blocks(request_state& s, std::uint64_t tokens);            // backs `tokens` more tokens
+  [[nodiscard]] request_state& live(request_id id);
+  [[nodiscard]] block_list& free_list_for(const block& b) { return b.hash != 0 || !unlimited_ ? queue_ : spare_; }
+
+  std::unique_ptr<device_pool> pool_;
+  std::string backend_name_;
+  std::uint64_t memory_bytes_ = 0;
+  std::uint64_t token_bytes_ = 0;  // KV bytes per token
+  std::uint32_t block_tokens_ = 16;
+  std::uint64_t block_bytes_ = 0;
+  bool prefix_caching_ = true;
+  bool unlimited_ = false;
+  std::uint64_t startup_ns_ = 0;  // modelled VMM time of the constructor (reserve, preallocation)
+
+  std::vector<block> blocks_;
+  block_list queue_;  // the free-block queue (LRU order)
+  block_list spare_;  // unlimited pools: free blocks without a hash (Note [Unlimited pool])
+  hash_index index_;
+  std::unordered_map<std::uint64_t, request_state> requests_;
+
+  // Figures kept as the blocks move (stats() walks nothing).
+  std::uint64_t held_ = 0;         // blocks with ref > 0
+  std::uint64_t cached_ = 0;       // ref 0 with a hash
+  std::uint64_t free_ = 0;         // ref 0 without a hash
+  std::uint64_t used_tokens_ = 0;  // fill of the held blocks (shared ones once)
+  std::uint64_t live_tokens_ = 0;  // tokens of live requests
+  std::uint64_t prompt_tokens_ = 0, hit_tokens_ = 0, evictions_ = 0;
+
+  std::vector<std::uint64_t> hashes_;  // scratch of admit
+  std::vector<std::uint32_t> hits_;    // scratch of admit
+};
+
+}  // namespace vtensor::sim
