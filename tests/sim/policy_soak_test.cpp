@@ -1,0 +1,146 @@
+// Every policy under faults (a soak): random admissions, growth, finishes and preemptions with
+// faults injected into the policy's own VMM backend (failed creates, i.e. out of memory at
+// random; failed maps and set-access calls), the breakdown and the invariants checked after each
+// operation, and nothing held by the device once the policy is gone. VTENSOR_SOAK_OPS sets the
+// operations per policy (CI: the default below; the long run in the README: 100000).
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "backends/fault_injection_backend.hpp"
+#include "sim/policy_registry.hpp"
+#include "tests/sim/sim_test_support.hpp"
+#include "tests/support/live_probe_backend.hpp"
+
+using namespace vtensor;
+using namespace vtensor::sim;
+
+namespace {
+
+std::uint64_t soak_ops() {
+  const char* text = std::getenv("VTENSOR_SOAK_OPS");
+  return text != nullptr ? std::strtoull(text, nullptr, 10) : 5000;
+}
+
+struct soak_figures {
+  std::uint64_t admitted = 0, refused = 0, grown = 0, grow_refused = 0, faults = 0, released = 0;
+};
+
+soak_figures soak(const std::string& name, std::uint64_t memory, std::uint64_t seed) {
+  const auto left = std::make_shared<vmm_live>(vmm_live{99, 99, 99});
+  fault_injection_backend* faults = nullptr;
+  kv_policy_options o = sim_testing::llama_policy(memory, /*zero_latency=*/false);
+  o.max_context_tokens = 8192;
+  o.wrap_backend = [&](std::unique_ptr<vmm_backend> inner) -> std::unique_ptr<vmm_backend> {
+    auto f = std::make_unique<fault_injection_backend>(std::move(inner), seed);
+    faults = f.get();
+    return std::make_unique<testing::live_probe_backend>(std::move(f), left);
+  };
+  soak_figures fig;
+  {
+    auto p = make_kv_policy(name, o);
+    REQUIRE(faults != nullptr);
+    // Faults from here on: a policy that cannot start is a different test.
+    faults->fail_with_probability(vmm_call::create, 0.002);
+    faults->fail_with_probability(vmm_call::map, 0.0005);
+    faults->fail_with_probability(vmm_call::set_access, 0.0005);
+    std::mt19937_64 rng(seed);
+    std::map<std::uint64_t, std::uint64_t> live;  // id -> tokens it may still grow
+    std::uint64_t next = 1;
+    std::uint64_t now_us = 0;
+    const std::uint64_t ops = soak_ops();
+    for (std::uint64_t op = 0; op < ops; ++op) {
+      now_us += 1 + rng() % 2000;
+      p->advance_to(sim_us{now_us});
+      const auto kind = rng() % 8;
+      try {
+        if (kind < 3 || live.empty()) {  // admit: one of four conversations, or a fresh prompt
+          const std::uint64_t conversation = rng() % 5;
+          std::vector<token_block> blocks;
+          const std::uint64_t n = 1 + rng() % 6;
+          for (std::uint64_t b = 0; b < n; ++b) {
+            blocks.push_back({conversation == 4 ? (next << 8) + b : conversation * 1000 + b + 1, 512});
+          }
+          const auto cut = static_cast<std::uint32_t>(rng() % 511);
+          blocks.back().tokens -= cut;
+          const std::uint64_t prompt = n * 512 - cut;
+          const std::uint64_t out = 1 + rng() % 600;
+          const kv_admit_result a = p->admit({request_id{next}, blocks, prompt, prompt + out});
+          CHECK(a.hit_tokens < prompt);
+          if (a.admitted) {
+            live[next] = out;
+            ++fig.admitted;
+          } else {
+            ++fig.refused;
+          }
+          ++next;
+        } else if (kind < 6) {  // grow
+          auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
+          const std::uint64_t tokens = std::min<std::uint64_t>(it->second, 1 + rng() % 64);
+          if (tokens > 0) {
+            if (p->grow(request_id{it->first}, tokens)) {
+              it->second -= tokens;
+              ++fig.grown;
+            } else {  // no memory: the replica would preempt the newest; here, this one
+              ++fig.grow_refused;
+              p->release(request_id{it->first}, release_reason::preempted);
+              live.erase(it);
+              ++fig.released;
+            }
+          }
+        } else {  // finish or preempt
+          auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
+          p->release(request_id{it->first}, kind == 6 ? release_reason::finished : release_reason::preempted);
+          live.erase(it);
+          ++fig.released;
+        }
+      } catch (const vmm_error&) {  // an injected driver failure: the operation changed nothing
+        ++fig.faults;
+      }
+      const kv_stats s = p->stats();
+      REQUIRE(s.breakdown.total() == s.memory.physical_bytes);
+      REQUIRE(s.breakdown.used == s.memory.used_bytes);
+      p->check_invariants();
+    }
+    faults->clear_faults();
+    for (const auto& [id, _] : live) p->release(request_id{id}, release_reason::finished);
+    p->settle();
+    p->check_invariants();
+    CHECK(p->stats().memory.logical_bytes == 0);
+  }
+  CHECK(left->chunks == 0);
+  CHECK(left->mappings == 0);
+  CHECK(left->ranges == 0);
+  return fig;
+}
+
+void soak_policy(const std::string& name) {
+  for (const std::uint64_t memory : {std::uint64_t{3} * k_gib, std::numeric_limits<std::uint64_t>::max()}) {
+    INFO("policy " << name << ", memory " << memory);
+    const soak_figures f = soak(name, memory, 1234);
+    MESSAGE(name << " memory " << memory << ": " << f.admitted << " admitted, " << f.refused << " refused, "
+                 << f.grown << " grown, " << f.grow_refused << " growths refused, " << f.released << " released, "
+                 << f.faults << " operations hit an injected fault");
+    CHECK(f.admitted > 0);
+    CHECK(f.released > 0);
+    if (memory != std::numeric_limits<std::uint64_t>::max()) CHECK(f.refused + f.grow_refused > 0);  // pressure
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("policy_soak") {
+  TEST_CASE("soak under faults: vtensor") { soak_policy("vtensor"); }
+  TEST_CASE("soak under faults: paged") { soak_policy("paged"); }
+  TEST_CASE("soak under faults: radix") { soak_policy("radix"); }
+  TEST_CASE("soak under faults: static") { soak_policy("static"); }
+  TEST_CASE("soak under faults: vattention") { soak_policy("vattention"); }
+  TEST_CASE("soak: every registered policy has a soak case") {
+    CHECK(kv_policy_names() == std::vector<std::string>{"vtensor", "paged", "radix", "static", "vattention"});
+  }
+}
