@@ -141,7 +141,8 @@ void paged_policy::hash_index::erase(std::uint64_t key) {
 // ---- construction -----------------------------------------------------------------------------
 
 paged_policy::paged_policy(const kv_policy_options& options)
-    : paged_policy(make_backend(options.backend, device_config(options)), latency_model_for(device_config(options)), options) {}
+    : paged_policy(make_backend(options.backend, device_config(options)), latency_model_for(device_config(options)),
+                   options) {}
 
 paged_policy::paged_policy(std::unique_ptr<vmm_backend> inner, const latency_model& model,
                            const kv_policy_options& options)
