@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The vTensor paper's end-to-end experiment (arXiv 2407.15309), as far as the paper states it,
-# replayed here: vtensor against paged (vLLM) on an A100, Yi-series models, a multi-turn chat
-# workload and a single-turn one, throughput at saturation, under both kernel factor sets.
+# replayed here: vtensor against paged (vLLM) and radix (SGLang, the engine vTensor was built
+# into) on an A100, Yi-series models, a multi-turn chat workload and a single-turn one,
+# throughput at saturation, under both kernel factor sets.
 #
 # What the paper states (abstract and evaluation): an A100 GPU, Yi-series models, end-to-end
 # throughput against vLLM, 1.86x on average across models and up to 2.42x in multi-turn chat.
@@ -22,8 +23,8 @@ bin=${1:-build/bin/vtensor}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 field() { grep -m1 "\"$2\":" "$1" | sed 's/.*: *\([-0-9.eE+]*\).*/\1/'; }
-echo "| workload | model | kernel factors | vtensor tok/s | paged tok/s | speedup | vtensor hit | paged hit | paged preemptions |"
-echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| workload | model | kernel factors | vtensor tok/s | paged tok/s | vs paged | radix tok/s | vs radix | vtensor hit | paged hit | radix hit | VMM on vtensor's steps |"
+echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for workload in multi-turn single-turn; do
   case $workload in
     multi-turn) trace=traces/data/mooncake_conversation_trace.jsonl ;;
@@ -32,7 +33,7 @@ for workload in multi-turn single-turn; do
   for model in yi-6b:1 yi-34b:2; do
     name=${model%%:*} tp=${model##*:}
     for factors in 2024 modern; do
-      for policy in vtensor paged; do
+      for policy in vtensor paged radix; do
         "$bin" replay --trace "$trace" --gpu a100-80gb --model "$name" --tp "$tp" --time-scale 0.01 \
           --policy "$policy" --kernel-factors "$factors" --no-wall --json "$tmp/$policy.json" >/dev/null
       done
@@ -40,9 +41,13 @@ for workload in multi-turn single-turn; do
       tp_=$(field "$tmp/paged.json" throughput_tokens_per_s)
       hv=$(field "$tmp/vtensor.json" prefix_hit_rate)
       hp=$(field "$tmp/paged.json" prefix_hit_rate)
-      pp=$(field "$tmp/paged.json" preemptions)
-      awk -v w="$workload" -v m="$name x$tp" -v f="$factors" -v a="$tv" -v b="$tp_" -v ha="$hv" -v hb="$hp" -v p="$pp" \
-        'BEGIN { printf "| %s | %s | %s | %.0f | %.0f | %.2fx | %.4f | %.4f | %d |\n", w, m, f, a, b, a / b, ha, hb, p }'
+      tr=$(field "$tmp/radix.json" throughput_tokens_per_s)
+      hr=$(field "$tmp/radix.json" prefix_hit_rate)
+      vc=$(field "$tmp/vtensor.json" vmm_critical_time_us)
+      bz=$(field "$tmp/vtensor.json" simulated_seconds)
+      awk -v w="$workload" -v m="$name x$tp" -v f="$factors" -v a="$tv" -v b="$tp_" -v c="$tr" -v ha="$hv" -v hb="$hp" \
+        -v hc="$hr" -v vc="$vc" -v bz="$bz" \
+        'BEGIN { printf "| %s | %s | %s | %.0f | %.0f | %.2fx | %.0f | %.2fx | %.4f | %.4f | %.4f | %.1f%% |\n", w, m, f, a, b, a / b, c, a / c, ha, hb, hc, 100 * vc / 1e6 / bz }'
     done
   done
 done
