@@ -94,10 +94,14 @@ TEST_CASE("vtensor policy: an overloaded worker makes steps wait - synchronous l
     for (std::uint64_t id = 1; id <= 20; ++id) REQUIRE(k->admit({request_id{id}, none, 512, 8000}).admitted);
     for (std::uint64_t id = 1; id <= 20; ++id) REQUIRE(k->grow(request_id{id}, 1));
   }
-  const auto r = dynamic_cast<const vtensor_policy&>(*p).report();
-  CHECK(r.modelled_waits > 0);
-  CHECK(r.modelled_waits < 20);  // the first requests' jobs were done in time
-  CHECK(r.modelled_wait_ns > 0);
+  const auto& pv = dynamic_cast<const vtensor_policy&>(*p);
+  const auto r = pv.report();
+  // The step thread's own calls (the admissions' creates and prompt maps) wait behind the busy
+  // worker's calls (Note [Driver contention]): it keeps pace with the worker, so the growth finds
+  // the pages mapped and the overload shows as contention rather than as waits for jobs.
+  CHECK(pv.pipeline_figures().contended_calls > 0);
+  CHECK(pv.pipeline_figures().contention_ns > 0);
+  CHECK(r.modelled_waits < 20);
   CHECK(p->critical_vmm_time().count() < s->critical_vmm_time().count());  // still cheaper than mapping on the step
   const auto rs = dynamic_cast<const vtensor_policy&>(*s).report();
   CHECK(rs.jobs == 0);
