@@ -1,5 +1,6 @@
 #include "core/async_mapper.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -175,6 +176,26 @@ void async_mapper::restore_failed(std::vector<failed_job> jobs) {
     for (const mapping_entry& m : f.job.maps) failed_vas_[m.va] = f.ticket;
     failed_.push_back(std::move(f));
   }
+}
+
+std::vector<device_addr> async_mapper::forget_failed(device_addr lo, device_addr hi) {
+  std::lock_guard lock(mutex_);
+  std::vector<device_addr> out;
+  if (failed_vas_.empty()) return out;
+  for (auto it = failed_vas_.begin(); it != failed_vas_.end();) {
+    if (it->first >= lo && it->first < hi) {
+      out.push_back(it->first);
+      it = failed_vas_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (failed_job& f : failed_) {
+    std::erase_if(f.job.maps, [&](const mapping_entry& m) { return m.va >= lo && m.va < hi; });
+  }
+  std::erase_if(failed_, [](const failed_job& f) { return f.job.maps.empty(); });
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::size_t async_mapper::unmapped_failed() const {

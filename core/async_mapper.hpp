@@ -93,6 +93,9 @@ class async_mapper {
   [[nodiscard]] std::vector<failed_job> take_failed();
   /// Puts back jobs whose retry failed too: later unmaps skip their pages.
   void restore_failed(std::vector<failed_job> jobs);
+  /// Forgets the failed maps at addresses in [lo, hi) (the caller unmaps that range itself and
+  /// skips them); returns their addresses, ascending.
+  [[nodiscard]] std::vector<device_addr> forget_failed(device_addr lo, device_addr hi);
   /// Chunk mappings recorded by the caller that are not in the driver (failed, not retried).
   [[nodiscard]] std::size_t unmapped_failed() const;
   /// Waits for every job.

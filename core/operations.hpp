@@ -125,6 +125,10 @@ class operations {
   /// worker] in async_mapper.cpp); returns how many. When a retry fails too, the jobs not done
   /// are kept for later unmaps to skip and the driver's error propagates.
   std::size_t retry_failed();
+  /// Forgets the worker's failed maps in [lo, hi) (see async_mapper::forget_failed).
+  [[nodiscard]] std::vector<device_addr> forget_failed(device_addr lo, device_addr hi) {
+    return mapper_ ? mapper_->forget_failed(lo, hi) : std::vector<device_addr>{};
+  }
   /// Turns a private mapping into an immutable shared one.
   void make_shared(mapping& m);
 

@@ -162,16 +162,23 @@ std::uint64_t scheduler::unmap_all(vtensor_record& r, op_effects* fx) {
   const std::uint64_t waited = fx != nullptr ? 0 : r.ticket;
   const std::uint32_t tensors = geometry_.tensors();
   mapping_job job;
+  std::vector<device_addr> never_mapped;  // failed on the worker, not retried: nothing to unmap
   if (fx == nullptr) {
     ops_.wait(r.ticket, false);  // deferred mappings must be in place before they are undone
-    ops_.retry_failed();
+    if (r.base != 0) never_mapped = ops_.forget_failed(r.base, r.base + vtensor_bytes_);
   }
   r.ticket = 0;
   for (std::uint32_t t = 0; t < tensors; ++t) {
     run_.clear();
     for (std::uint32_t p = 0; p < r.mapped_pages; ++p) run_.push_back(r.maps[std::size_t{p} * tensors + t]);
     if (fx == nullptr) {
-      ops_.unmap_run(run_);
+      std::size_t from = 0;  // unmap the runs between pages that were never mapped
+      for (std::size_t i = 0; i <= run_.size(); ++i) {
+        if (i < run_.size() && !std::binary_search(never_mapped.begin(), never_mapped.end(), run_[i]->va)) continue;
+        ops_.unmap_run(std::span<mapping* const>(run_).subspan(from, i - from));
+        if (i < run_.size()) ops_.unrecord(*run_[i]);
+        from = i + 1;
+      }
     } else if (!run_.empty()) {
       ops_.unmap_run_deferred(run_, job);
       fx->worker_unmaps += static_cast<std::uint32_t>(run_.size());
