@@ -133,7 +133,7 @@ TEST_CASE("pipeline: admissions map on the worker, the next extend waits first, 
 
 TEST_CASE("pipeline: with chunked prefill the first chunk's pages go in a first job, the rest after") {
   sided b;
-  manager m(b, pipeline_config(100));  // a step computes 100 prompt tokens at most
+  manager m(b, pipeline_config(100));                         // a step computes 100 prompt tokens at most
   const create_result c = m.create(request_id{1}, {}, 9000);  // 2 pages; the first chunk needs 1
   REQUIRE(c.ok());
   CHECK(c.effects.worker_pages == 2);
@@ -143,8 +143,7 @@ TEST_CASE("pipeline: with chunked prefill the first chunk's pages go in a first 
   const calls log = b.take();
   CHECK(log == calls{"S create -> c1", "S create -> c2", "S create -> c3", "S create -> c4", "S reserve 8MiB -> r0",
                      "W map r0+0 c1", "W set_access r0+0 2MiB", "W map r0+4MiB c2", "W set_access r0+4MiB 2MiB",
-                     "W map r0+2MiB c3", "W set_access r0+2MiB 2MiB", "W map r0+6MiB c4",
-                     "W set_access r0+6MiB 2MiB"});
+                     "W map r0+2MiB c3", "W set_access r0+2MiB 2MiB", "W map r0+6MiB c4", "W set_access r0+6MiB 2MiB"});
   m.finish(request_id{1});
   m.settle();
   m.check_invariants();

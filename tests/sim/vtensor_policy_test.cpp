@@ -190,8 +190,8 @@ TEST_CASE("vtensor policy: pipelined admissions map beside the step before, rele
 }
 
 TEST_CASE("vtensor policy: with the pipeline a request arriving during a step is admitted one step later") {
-  const auto path = write_trace("pipeline_arrival.jsonl",
-                                {mooncake_line(0, 4000, 3, 1), mooncake_line(1, 600, 3, 100)});
+  const auto path =
+      write_trace("pipeline_arrival.jsonl", {mooncake_line(0, 4000, 3, 1), mooncake_line(1, 600, 3, 100)});
   struct admissions : sim::replica_observer {
     std::vector<std::uint32_t> per_step;
     void on_step(const step_record& s) override { per_step.push_back(s.admitted); }
