@@ -100,6 +100,12 @@ void vtensor_policy::do_advance_to(sim_us at) {
   const auto t = std::chrono::duration_cast<sim_ns>(at);
   if (t <= origin_) return;
   if (pipeline()) {
+    // The step that ends at t computed the first chunks of the prompts admitted for it; the next
+    // one computes their second chunks, which need the rest of their pages.
+    for (const sim_ns due : rest_due_) {
+      if (due > t) carry_ = std::max(carry_, due - t);
+    }
+    rest_due_.clear();
     if (release_backlog_ > sim_ns{0}) {
       worker_free_ = std::max(worker_free_, release_at_) + release_backlog_;
       release_backlog_ = sim_ns{0};
@@ -145,6 +151,7 @@ void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, b
   if (pipelined) window_worker_ = done;
   worker_free_ = pipelined ? std::max(worker_free_ + all, done) : done;
   if (fx.worker_job != 0) last_job_[id.value] = {fx.worker_job, done};
+  if (fx.worker_pages > fx.first_pages) rest_due_.push_back(done);
   jobs_ += fx.worker_job != 0 ? 1 : 0;
   job_time_ += all;
   if (first_done > now()) {
@@ -154,7 +161,16 @@ void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, b
   }
 }
 
+void vtensor_policy::take_carry() {
+  if (carry_ <= sim_ns{0}) return;
+  ++rest_waits_;
+  rest_wait_time_ += carry_;
+  critical_ += carry_;
+  carry_ = sim_ns{0};
+}
+
 kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
+  take_carry();
   const create_result c = manager_->create(r.id, r.blocks, r.prompt_tokens, r.max_tokens);
   if (pipeline()) {
     if (!pipelined_window_) {
@@ -185,6 +201,7 @@ kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
 }
 
 bool vtensor_policy::do_grow(request_id id, std::uint64_t tokens) {
+  take_carry();
   const sim_ns start = now();
   const extend_result e = manager_->extend(id, tokens);
   if (!e.ok()) {
@@ -205,6 +222,7 @@ bool vtensor_policy::do_grow(request_id id, std::uint64_t tokens) {
 }
 
 void vtensor_policy::do_release(request_id id, release_reason why) {
+  take_carry();
   const sim_ns start = now();
   const op_effects fx = why == release_reason::finished ? manager_->finish(id) : manager_->preempt(id);
   --live_;

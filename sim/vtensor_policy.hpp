@@ -29,8 +29,12 @@
 ///   still charged to the worker clock for later jobs. The step then waits for the jobs that the
 ///   first prefill chunk needs (`first_pages`: the cached prefix's pages and the first chunk's,
 ///   Note [Pipelined admission] in core/scheduler.cpp) to end, counted as an admission wait. The
-///   rest of the prompt is taken as mapped while the first chunks compute (an 8192-token chunk
-///   computes for about 160 ms on an H200; its 16 pages map in about 25 ms). After an idle spell
+///   rest of the prompt (and the lookahead pages) must be mapped when the next step, which
+///   computes the second chunk, begins: at the boundary that ends the first chunk's step, the part
+///   of those jobs still ahead is booked as a wait at the next step's first call into the policy
+///   (a release at the boundary, a growth, an admission; `rest_waits`). An 8192-token chunk
+///   computes for about 160 ms on an H200 and its 16 pages map in about 25 ms, so this is rare.
+///   Later chunks are not checked apart (the whole rest is due at the second). After an idle spell
 ///   (no request live at the boundary) nothing ran beside the admission: its calls are on the
 ///   clock, its jobs start then, and the step waits for the first chunk's jobs at once;
 /// - releases with the pipeline unmap on the worker (Note [Releases on the worker]): priced
@@ -65,6 +69,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backends/registry.hpp"
 #include "core/manager.hpp"
@@ -106,6 +111,8 @@ class vtensor_policy final : public kv_policy {
     std::uint64_t release_ns = 0;         ///< unmaps of releases, on the worker
     std::uint64_t contended_calls = 0;    ///< step-thread bookings that found the worker busy
     std::uint64_t contention_ns = 0;      ///< the time they waited behind the worker's call
+    std::uint64_t rest_waits = 0;         ///< steps that waited for the rest of a prompt's pages
+    std::uint64_t rest_wait_ns = 0;       ///< the time they waited
   };
   /// The pipeline's figures.
   [[nodiscard]] pipeline_report pipeline_figures() const {
@@ -114,7 +121,9 @@ class vtensor_policy final : public kv_policy {
             static_cast<std::uint64_t>(admission_wait_time_.count()),
             static_cast<std::uint64_t>(release_time_.count()),
             contended_,
-            static_cast<std::uint64_t>(contention_.count())};
+            static_cast<std::uint64_t>(contention_.count()),
+            rest_waits_,
+            static_cast<std::uint64_t>(rest_wait_time_.count())};
   }
 
  private:
@@ -144,6 +153,7 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] bool pipeline() const { return options_.manager.scheduler.pipeline; }
   void model_pipeline_admit(request_id id, const op_effects& fx, bool pipelined);  // Note [Mapping worker model]
   void do_release_model(const op_effects& fx);                                     // a release's unmaps on the worker
+  void take_carry();  // books a wait for the rest of a prompt's pages (Note [Mapping worker model])
   void wait_for(request_id id, std::uint64_t ticket, sim_ns from);  // a modelled wait, from `from`, for job `ticket`
   void submit(request_id id, const op_effects& fx);                 // the job a call handed to the worker
 
@@ -169,7 +179,10 @@ class vtensor_policy final : public kv_policy {
   sim_ns window_worker_{};                   // the worker's clock for the window's admissions
   sim_ns release_backlog_{}, release_at_{};  // releases' unmaps not on the worker clock yet
   sim_ns hidden_{}, admission_wait_time_{}, release_time_{}, contention_{};
-  std::uint64_t admission_waits_ = 0, contended_ = 0;
+  std::uint64_t admission_waits_ = 0, contended_ = 0, rest_waits_ = 0;
+  std::vector<sim_ns> rest_due_;  // ends of the jobs with the rest of the prompts admitted this step
+  sim_ns carry_{};                // the next step's wait for them, booked at its first call
+  sim_ns rest_wait_time_{};
   std::array<std::uint64_t, k_vmm_call_kinds> worker_calls_{};  // calls handed to the worker, by kind
   void count_worker(vmm_call c, std::uint64_t n) { worker_calls_[static_cast<std::size_t>(c)] += n; }
 };

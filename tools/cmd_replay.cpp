@@ -702,6 +702,8 @@ replay_run run_one(const replay_options& o, const std::string& backend, bool las
       m["release_unmaps_on_worker_us"] = us(f.release_ns);
       m["contended_bookings"] = f.contended_calls;
       m["contention_us"] = us(f.contention_ns);
+      m["prompt_rest_waits"] = f.rest_waits;
+      m["prompt_rest_wait_us"] = us(f.rest_wait_ns);
     }
   }
   run.log = log.steps();

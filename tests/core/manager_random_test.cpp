@@ -39,7 +39,13 @@ void run(const random_run& cfg, int steps) {
 
   auto faulty = std::make_unique<fault_injection_backend>(
       std::make_unique<sim_backend>(96 * k_chunk_bytes, latency_model::zero()), cfg.seed);
-  faulty->fail_with_probability(vmm_call::create, 0.03);
+  // With the pipeline the worker's maps draw from the fault generator in an order that depends on
+  // wall time; creates (step thread only) then fail by count, so that some surely do.
+  if (cfg.pipeline) {
+    faulty->fail_every(vmm_call::create, 29);
+  } else {
+    faulty->fail_with_probability(vmm_call::create, 0.03);
+  }
   faulty->fail_with_probability(vmm_call::map, 0.005);
   faulty->fail_with_probability(vmm_call::set_access, 0.005);
   faulty->fail_with_probability(vmm_call::reserve, 0.01);

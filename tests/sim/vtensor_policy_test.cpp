@@ -217,3 +217,32 @@ TEST_CASE("vtensor policy: with the pipeline a request arriving during a step is
   CHECK(seen[1][1] == 0);  // decided while it ran: not yet arrived when it began
   CHECK(seen[1][2] == 1);
 }
+
+TEST_CASE("vtensor policy: the rest of a long prompt is due when its second chunk's step begins") {
+  for (const std::uint64_t step_us : {1000, 1'000'000}) {
+    CAPTURE(step_us);
+    vtensor_policy p = pipelined_policy();
+    const std::vector<token_block> none;
+    p.advance_to(sim_us{1000});
+    REQUIRE(p.admit({request_id{1}, none, 100, 4000}).admitted);
+    p.advance_to(sim_us{2000});  // a 1 ms step; then a 40-page prompt decided while it ran
+    REQUIRE(p.admit({request_id{2}, none, 40 * 512, 30000}).admitted);
+    p.advance_to(sim_us{2000 + step_us});         // its first chunk's step ends
+    CHECK(p.pipeline_figures().rest_waits == 0);  // booked at the next step's first call
+    const sim_ns before = p.critical_vmm_time();
+    REQUIRE(p.grow(request_id{1}, 1));  // within its page: no VMM call
+    const auto f = p.pipeline_figures();
+    if (step_us == 1000) {  // 24 more pages (about 35 ms of maps) are not done 1 ms later
+      CHECK(f.rest_waits == 1);
+      CHECK(f.rest_wait_ns > 30'000'000);
+      CHECK((p.critical_vmm_time() - before).count() == static_cast<std::int64_t>(f.rest_wait_ns));
+    } else {
+      CHECK(f.rest_waits == 0);
+      CHECK(p.critical_vmm_time() == before);
+    }
+    p.release(request_id{1}, release_reason::finished);
+    p.release(request_id{2}, release_reason::finished);
+    p.settle();
+    p.check_invariants();
+  }
+}
