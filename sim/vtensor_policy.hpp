@@ -33,10 +33,13 @@
 ///   computes the second chunk, begins: at the boundary that ends the first chunk's step, the part
 ///   of those jobs still ahead is booked as a wait at the next step's first call into the policy
 ///   (a release at the boundary, a growth, an admission; `rest_waits`). An 8192-token chunk
-///   computes for about 160 ms on an H200 and its 16 pages map in about 25 ms, so this is rare.
-///   Later chunks are not checked apart (the whole rest is due at the second). After an idle spell
+///   computes for about 160 ms on an H200 and its 16 pages map in about 25 ms, so this is rare
+///   (whole Mooncake trace: 109 such waits, 6.4 s, at --time-scale 1). Later chunks are not checked apart (the whole rest is due at the second). After an idle spell
 ///   (no request live at the boundary) nothing ran beside the admission: its calls are on the
-///   clock, its jobs start then, and the step waits for the first chunk's jobs at once;
+///   clock, its jobs start then, and the step waits for the first chunk's jobs at once. In wall
+///   time (on `cuda`) the replica still builds a step after the previous one ended, so the real
+///   jobs run beside the step that computes them (emulated compute reads no memory); only the
+///   model places them beside the previous one;
 /// - releases with the pipeline unmap on the worker (Note [Releases on the worker]): priced
 ///   per chunk, nobody waits; since in the pipelined order they come after the next step's
 ///   admissions, they are added to the worker clock at the next boundary;
@@ -59,10 +62,11 @@
 /// worker clock is past the step thread's) waits behind the worker's call in flight: each new
 /// step-thread call of a booking (book_step_calls()) adds one worker call (a map + set-access of
 /// one chunk) to the step, at most until the worker is free; and the worker's later calls wait
-/// behind the step thread's, so its clock moves on by their price. In the built-in H200
-/// latency model a map + set-access costs about 46 us, so a step-thread call waits that long at
-/// most (one worker call, not the worker's queue). The figures: `contended_bookings` and `contention_us` in the
-/// summary's vmm_model.
+/// behind the step thread's, so its clock moves on by their price. In the built-in H200 latency
+/// model a map + set-access costs about 46 us, so a step-thread call waits that long at most (one
+/// worker call, not the worker's queue). The figures: `contended_bookings` and `contention_us` in
+/// the summary's vmm_model. A std::mutex is not fair: on the GPU the step thread may wait for
+/// more than one worker call; the H200 check compares the two.
 
 #include <array>
 #include <cstdint>
