@@ -34,7 +34,8 @@
 ///   of those jobs still ahead is booked as a wait at the next step's first call into the policy
 ///   (a release at the boundary, a growth, an admission; `rest_waits`). An 8192-token chunk
 ///   computes for about 160 ms on an H200 and its 16 pages map in about 25 ms, so this is rare
-///   (whole Mooncake trace: 109 such waits, 6.4 s, at --time-scale 1). Later chunks are not checked apart (the whole rest is due at the second). After an idle spell
+///   (whole Mooncake trace: 109 such waits, 6.4 s, at --time-scale 1). Later chunks are not
+///   checked apart (the whole rest is due at the second). After an idle spell
 ///   (no request live at the boundary) nothing ran beside the admission: its calls are on the
 ///   clock, its jobs start then, and the step waits for the first chunk's jobs at once. In wall
 ///   time (on `cuda`) the replica still builds a step after the previous one ended, so the real
