@@ -1,5 +1,6 @@
 #include "core/async_mapper.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -89,6 +90,119 @@ async_counters async_mapper::counters() const {
   return counters_;
 }
 
+// Note [A map failing on the worker]
+// The caller recorded a job's mappings when it submitted the job (Note [Deferred mappings]), so
+// a map the driver refuses on the worker leaves bookkeeping that the driver does not back. The
+// worker undoes the maps the job made, keeps the job (take_failed()) and remembers its pages. The
+// step thread learns of it at its next wait for a job and retries the maps itself (a transient
+// driver error then costs one retry); a retry that fails too rethrows there, and the pages stay
+// remembered. A later unmap job skips remembered pages (the request was released before any
+// retry): what was never mapped is not unmapped, and nothing leaks either way. A driver error in
+// any other call of the worker (create, unmap, free) is kept and rethrown by the next wait().
+
+template <class F>
+void async_mapper::locked_call(std::uint64_t& charged, F&& f) {
+  std::lock_guard backend_lock(backend_mutex_);  // one driver call at a time (Note [Driver contention])
+  const std::uint64_t before = backend_.counters().total_time_ns();
+  f();
+  charged += backend_.counters().total_time_ns() - before;
+}
+
+void async_mapper::unmap_skipping_failed(const unmap_entry& u, std::uint64_t& charged) {
+  const std::uint64_t chunk = backend_.chunk_bytes();
+  std::vector<std::pair<device_addr, std::uint64_t>> runs;
+  {
+    std::lock_guard lock(mutex_);
+    if (failed_vas_.empty()) {
+      runs.emplace_back(u.va, u.bytes);
+    } else {
+      device_addr run_start = u.va;
+      for (device_addr va = u.va; va < u.va + u.bytes; va += chunk) {
+        const auto it = failed_vas_.find(va);
+        if (it == failed_vas_.end()) continue;
+        if (va > run_start) runs.emplace_back(run_start, va - run_start);
+        run_start = va + chunk;
+        for (failed_job& f : failed_) {
+          if (f.ticket != it->second) continue;
+          std::erase_if(f.job.maps, [va](const mapping_entry& m) { return m.va == va; });
+        }
+        failed_vas_.erase(it);
+      }
+      if (u.va + u.bytes > run_start) runs.emplace_back(run_start, u.va + u.bytes - run_start);
+      std::erase_if(failed_, [](const failed_job& f) { return f.job.maps.empty(); });
+    }
+  }
+  for (const auto& [va, bytes] : runs) locked_call(charged, [&] { backend_.unmap(va, bytes); });
+  std::lock_guard lock(mutex_);
+  for (const auto& r : runs) counters_.unmapped_chunks += r.second / chunk;
+}
+
+void async_mapper::run_job(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
+                           std::uint64_t& charged) {
+  const std::uint64_t chunk = backend_.chunk_bytes();
+  std::size_t done = 0;
+  try {
+    for (; done < job.maps.size(); ++done) {
+      locked_call(charged, [&] { backend_.map_with_access(job.maps[done].va, job.maps[done].handle); });
+    }
+  } catch (...) {  // the failed call undid itself; undo the others, keep the job for a retry
+    for (std::size_t i = 0; i < done; ++i) locked_call(charged, [&] { backend_.unmap(job.maps[i].va, chunk); });
+    failed_job f{ticket, {}, std::current_exception()};
+    f.job.maps = job.maps;
+    std::lock_guard lock(mutex_);
+    for (const mapping_entry& m : job.maps) failed_vas_[m.va] = ticket;
+    failed_.push_back(std::move(f));
+    ++counters_.failed_jobs;
+  }
+  for (std::uint32_t i = 0; i < job.create_chunks; ++i) {
+    std::optional<chunk_handle> h;
+    locked_call(charged, [&] { h = backend_.create_chunk(); });
+    if (!h) break;  // out of memory: creating ahead is best effort
+    created.push_back(*h);
+  }
+  for (const unmap_entry& u : job.unmaps) unmap_skipping_failed(u, charged);
+  for (device_addr base : job.free_ranges) locked_call(charged, [&] { backend_.free_range(base); });
+}
+
+std::vector<failed_job> async_mapper::take_failed() {
+  std::lock_guard lock(mutex_);
+  failed_vas_.clear();
+  return std::exchange(failed_, {});
+}
+
+void async_mapper::restore_failed(std::vector<failed_job> jobs) {
+  std::lock_guard lock(mutex_);
+  for (failed_job& f : jobs) {
+    for (const mapping_entry& m : f.job.maps) failed_vas_[m.va] = f.ticket;
+    failed_.push_back(std::move(f));
+  }
+}
+
+std::vector<device_addr> async_mapper::forget_failed(device_addr lo, device_addr hi) {
+  std::lock_guard lock(mutex_);
+  std::vector<device_addr> out;
+  if (failed_vas_.empty()) return out;
+  for (auto it = failed_vas_.begin(); it != failed_vas_.end();) {
+    if (it->first >= lo && it->first < hi) {
+      out.push_back(it->first);
+      it = failed_vas_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (failed_job& f : failed_) {
+    std::erase_if(f.job.maps, [&](const mapping_entry& m) { return m.va >= lo && m.va < hi; });
+  }
+  std::erase_if(failed_, [](const failed_job& f) { return f.job.maps.empty(); });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::size_t async_mapper::unmapped_failed() const {
+  std::lock_guard lock(mutex_);
+  return failed_vas_.size();
+}
+
 void async_mapper::run() {
   for (;;) {
     std::pair<std::uint64_t, mapping_job> item;
@@ -104,15 +218,7 @@ void async_mapper::run() {
     std::uint64_t charged = 0;
     std::exception_ptr error;
     try {
-      std::lock_guard backend_lock(backend_mutex_);
-      const std::uint64_t before = backend_.counters().total_time_ns();
-      run_mapping_job(backend_, job);
-      for (std::uint32_t i = 0; i < job.create_chunks; ++i) {
-        auto h = backend_.create_chunk();
-        if (!h) break;  // out of memory: creating ahead is best effort
-        created.push_back(*h);
-      }
-      charged = backend_.counters().total_time_ns() - before;
+      run_job(item.first, job, created, charged);
     } catch (...) {
       error = std::current_exception();
     }

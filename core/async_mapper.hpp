@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/vmm_backend.hpp"
@@ -30,27 +31,47 @@ struct mapping_entry {
   chunk_handle handle{};  ///< the chunk mapped there
 };
 
+/// A run of contiguous chunk mappings to unmap in one call.
+struct unmap_entry {
+  device_addr va = 0;       ///< first chunk's address
+  std::uint64_t bytes = 0;  ///< a whole number of chunks
+};
+
 /// Driver work, built while the pool's bookkeeping is done (Note [Deferred mappings]) and run
 /// afterwards, by the worker or at once: the driver calls go back to back, a map and a
 /// set-access per chunk (Note [One set-access per chunk]).
 struct mapping_job {
-  std::vector<mapping_entry> maps;  ///< in order
-  std::uint32_t create_chunks = 0;  ///< chunks to create ahead of need
-  [[nodiscard]] bool empty() const { return maps.empty() && create_chunks == 0; }
+  std::vector<mapping_entry> maps;       ///< in order
+  std::uint32_t create_chunks = 0;       ///< chunks to create ahead of need
+  std::vector<unmap_entry> unmaps;       ///< runs to unmap, after the maps (deferred releases)
+  std::vector<device_addr> free_ranges;  ///< ranges to free, after the unmaps (deferred releases)
+  [[nodiscard]] bool empty() const {
+    return maps.empty() && create_chunks == 0 && unmaps.empty() && free_ranges.empty();
+  }
   /// Chunks the job maps.
   [[nodiscard]] std::size_t chunks() const { return maps.size(); }
 };
 
-/// Runs the driver calls of `job` on `backend` (the caller holds the backend lock). Strong
+/// Runs the map calls of `job` on `backend` (the caller holds the backend lock). Strong
 /// guarantee: when a call fails, what the job mapped is unmapped before the error propagates.
 void run_mapping_job(vmm_backend& backend, const mapping_job& job);
 
+/// A map job of the worker that failed (Note [A map failing on the worker]): its maps were
+/// undone, its bookkeeping stands; the step thread retries it or a later unmap skips its pages.
+struct failed_job {
+  std::uint64_t ticket = 0;  ///< the job's ticket
+  mapping_job job;           ///< its maps not in the driver (those a later unmap skipped removed)
+  std::exception_ptr error;  ///< the driver's error
+};
+
 /// What the worker did and what callers waited.
 struct async_counters {
-  std::uint64_t mapped_chunks = 0;  ///< chunks mapped by the worker
-  std::uint64_t worker_vmm_ns = 0;  ///< backend time charged by the worker's calls (off the step)
-  std::uint64_t waits = 0;          ///< waits that found their job not done
-  std::uint64_t wait_ns = 0;        ///< wall time spent in those waits
+  std::uint64_t mapped_chunks = 0;    ///< chunks mapped by the worker
+  std::uint64_t worker_vmm_ns = 0;    ///< backend time charged by the worker's calls (off the step)
+  std::uint64_t waits = 0;            ///< waits that found their job not done
+  std::uint64_t wait_ns = 0;          ///< wall time spent in those waits
+  std::uint64_t unmapped_chunks = 0;  ///< chunk mappings the worker unmapped (deferred releases)
+  std::uint64_t failed_jobs = 0;      ///< map jobs that failed on the worker
 };
 
 /// The worker. Created by operations when asynchronous lookahead is on.
@@ -64,8 +85,19 @@ class async_mapper {
   /// Queues `job`; returns its ticket (tickets grow by one per job).
   std::uint64_t submit(mapping_job job);
   /// Blocks until job `ticket` is done; `step_wait` counts the wait as a step waiting for a
-  /// mapping. Rethrows a driver error the worker met.
+  /// mapping. Rethrows a driver error the worker met outside a map job (a failed map job is kept
+  /// for take_failed() instead).
   void wait(std::uint64_t ticket, bool step_wait);
+  /// The failed map jobs not retried yet, oldest first; their pages leave the skip set (the
+  /// caller maps them again, or gives them back with forget_failed()).
+  [[nodiscard]] std::vector<failed_job> take_failed();
+  /// Puts back jobs whose retry failed too: later unmaps skip their pages.
+  void restore_failed(std::vector<failed_job> jobs);
+  /// Forgets the failed maps at addresses in [lo, hi) (the caller unmaps that range itself and
+  /// skips them); returns their addresses, ascending.
+  [[nodiscard]] std::vector<device_addr> forget_failed(device_addr lo, device_addr hi);
+  /// Chunk mappings recorded by the caller that are not in the driver (failed, not retried).
+  [[nodiscard]] std::size_t unmapped_failed() const;
   /// Waits for every job.
   void drain() { wait(last_ticket(), false); }
   /// Whether job `ticket` is done.
@@ -82,6 +114,11 @@ class async_mapper {
 
  private:
   void run();
+  void run_job(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
+               std::uint64_t& charged);
+  void unmap_skipping_failed(const unmap_entry& u, std::uint64_t& charged);
+  template <class F>
+  void locked_call(std::uint64_t& charged, F&& f);
 
   vmm_backend& backend_;
   std::mutex& backend_mutex_;
@@ -93,6 +130,8 @@ class async_mapper {
   std::uint64_t submitted_ = 0;
   std::uint64_t completed_ = 0;
   std::exception_ptr error_;
+  std::vector<failed_job> failed_;                             // failed map jobs, by ticket
+  std::unordered_map<device_addr, std::uint64_t> failed_vas_;  // their addresses -> ticket
   bool stop_ = false;
   async_counters counters_;
   std::thread thread_;

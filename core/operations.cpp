@@ -1,5 +1,6 @@
 #include "core/operations.hpp"
 
+#include <iterator>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -148,6 +149,35 @@ void operations::unmap_run(std::span<mapping* const> maps) {
   if (maps.empty()) return;
   vmm([&](vmm_backend& b) { b.unmap(maps.front()->va, maps.size() * geometry_.chunk_bytes()); });
   for (mapping* m : maps) unrecord(*m);
+}
+
+void operations::unmap_run_deferred(std::span<mapping* const> maps, mapping_job& job) {
+  if (maps.empty()) return;
+  job.unmaps.push_back({maps.front()->va, maps.size() * geometry_.chunk_bytes()});
+  for (mapping* m : maps) unrecord(*m);
+}
+
+void operations::free_range_deferred(device_addr base, mapping_job& job) {
+  if (range_cache_.size() < range_cache_limit_) {
+    range_cache_.push_back(base);  // reused by a later request: its maps queue behind the unmaps
+  } else {
+    job.free_ranges.push_back(base);
+  }
+}
+
+std::size_t operations::retry_failed() {
+  if (!mapper_) return 0;
+  std::vector<failed_job> failed = mapper_->take_failed();
+  for (std::size_t i = 0; i < failed.size(); ++i) {
+    try {
+      run_now(failed[i].job);
+    } catch (...) {
+      mapper_->restore_failed(std::vector<failed_job>(std::make_move_iterator(failed.begin() + std::ptrdiff_t(i)),
+                                                      std::make_move_iterator(failed.end())));
+      throw;
+    }
+  }
+  return failed.size();
 }
 
 void operations::record_page(radix_node& node, page_version version) {
@@ -307,14 +337,16 @@ void operations::check_invariants() const {
 // does all its driver calls under it): then every submitted job is in the backend, and the
 // chunks the worker created and nobody adopted yet are known. While a job is queued or running
 // the backend's mappings and chunks are in between and are not compared, and the backend lock
-// (which the worker holds for a whole job) is not even taken; a caller that wants the full check
-// settles first. Only the step thread submits jobs, and it is the one checking: a worker found
+// is not even taken; a caller that wants the full check
+// settles first. The worker takes the backend lock for one driver call at a time, so a check may
+// also find it between two calls of a job: then the job is in flight and nothing is compared.
+// Only the step thread submits jobs, and it is the one checking: a worker found
 // idle stays idle until the check is over.
 std::optional<operations::idle_backend> operations::backend_if_idle() const {
   if (mapper_ && !mapper_->idle_created()) return std::nullopt;  // a job in flight: do not wait for the lock
   std::lock_guard lock(backend_mutex_);
   const std::size_t unadopted = mapper_ ? mapper_->idle_created().value_or(0) : 0;
-  return idle_backend{backend_.live(), unadopted};
+  return idle_backend{backend_.live(), unadopted, mapper_ ? mapper_->unmapped_failed() : 0};
 }
 
 void operations::check_backend() const {
@@ -325,8 +357,10 @@ void operations::check_backend() const {
     fail(fmt::format("backend holds {} chunks, pSet {} and {} created ahead (created = free + in use)", live.chunks,
                      pset_.live(), idle->unadopted_chunks));
   }
-  if (live.mappings != vset_.size())
-    fail(fmt::format("backend holds {} mappings, vSet {}", live.mappings, vset_.size()));
+  if (live.mappings + idle->unmapped_failed != vset_.size()) {
+    fail(fmt::format("backend holds {} mappings and {} failed on the worker, vSet {}", live.mappings,
+                     idle->unmapped_failed, vset_.size()));
+  }
 }
 
 }  // namespace vtensor

@@ -92,10 +92,12 @@ class operations {
   void wait(std::uint64_t ticket, bool step_wait);
   /// Waits for all deferred work.
   void drain() const;
-  /// Waits for all deferred work and adopts the chunks the worker created into the free pool.
+  /// Waits for all deferred work, adopts the chunks the worker created into the free pool and
+  /// retries the map jobs that failed on the worker.
   void settle() {
     drain();
     adopt_created();
+    retry_failed();
   }
   /// Asks the worker to create chunks until the free pool holds `low_watermark` (one batch at a time).
   void create_ahead(std::uint32_t low_watermark);
@@ -106,6 +108,7 @@ class operations {
   struct idle_backend {
     vmm_live live;                     ///< the backend's live counts
     std::size_t unadopted_chunks = 0;  ///< created by the worker, not in the pSet yet
+    std::size_t unmapped_failed = 0;   ///< recorded mappings whose map failed on the worker, not retried
   };
   /// The backend's state when no worker job is queued or running; nullopt (without waiting)
   /// otherwise (Note [Checking with jobs in flight]).
@@ -113,6 +116,19 @@ class operations {
   /// Unmaps the contiguous mappings `maps` (adjacent addresses, ascending) in one call; chunks left
   /// unreferenced go to the free pool.
   void unmap_run(std::span<mapping* const> maps);
+  /// As unmap_run, but the driver's unmap is deferred into `job` (a release on the worker, Note
+  /// [Releases on the worker] in scheduler.cpp); the bookkeeping is done now.
+  void unmap_run_deferred(std::span<mapping* const> maps, mapping_job& job);
+  /// As free_range, but a range the cache does not keep is freed by `job`, after its unmaps.
+  void free_range_deferred(device_addr base, mapping_job& job);
+  /// Maps again, on this thread, the worker's map jobs that failed (Note [A map failing on the
+  /// worker] in async_mapper.cpp); returns how many. When a retry fails too, the jobs not done
+  /// are kept for later unmaps to skip and the driver's error propagates.
+  std::size_t retry_failed();
+  /// Forgets the worker's failed maps in [lo, hi) (see async_mapper::forget_failed).
+  [[nodiscard]] std::vector<device_addr> forget_failed(device_addr lo, device_addr hi) {
+    return mapper_ ? mapper_->forget_failed(lo, hi) : std::vector<device_addr>{};
+  }
   /// Turns a private mapping into an immutable shared one.
   void make_shared(mapping& m);
 

@@ -158,22 +158,62 @@ void scheduler::pool_effects(const operation_counters& before, op_effects& fx) c
   fx.evicted_nodes = now.evicted_nodes - before.evicted_nodes;
 }
 
-std::uint64_t scheduler::unmap_all(vtensor_record& r) {
-  const std::uint64_t waited = r.ticket;
-  ops_.wait(r.ticket, false);  // deferred mappings must be in place before they are undone
-  r.ticket = 0;
+std::uint64_t scheduler::unmap_all(vtensor_record& r, op_effects* fx) {
+  const std::uint64_t waited = fx != nullptr ? 0 : r.ticket;
   const std::uint32_t tensors = geometry_.tensors();
+  mapping_job job;
+  std::vector<device_addr> never_mapped;  // failed on the worker, not retried: nothing to unmap
+  if (fx == nullptr) {
+    ops_.wait(r.ticket, false);  // deferred mappings must be in place before they are undone
+    if (r.base != 0) never_mapped = ops_.forget_failed(r.base, r.base + vtensor_bytes_);
+  }
+  r.ticket = 0;
   for (std::uint32_t t = 0; t < tensors; ++t) {
     run_.clear();
     for (std::uint32_t p = 0; p < r.mapped_pages; ++p) run_.push_back(r.maps[std::size_t{p} * tensors + t]);
-    ops_.unmap_run(run_);
+    if (fx == nullptr) {
+      std::size_t from = 0;  // unmap the runs between pages that were never mapped
+      for (std::size_t i = 0; i <= run_.size(); ++i) {
+        if (i < run_.size() && !std::binary_search(never_mapped.begin(), never_mapped.end(), run_[i]->va)) continue;
+        ops_.unmap_run(std::span<mapping* const>(run_).subspan(from, i - from));
+        if (i < run_.size()) ops_.unrecord(*run_[i]);
+        from = i + 1;
+      }
+    } else if (!run_.empty()) {
+      ops_.unmap_run_deferred(run_, job);
+      fx->worker_unmaps += static_cast<std::uint32_t>(run_.size());
+      ++fx->unmap_runs;
+    }
   }
   r.maps.clear();
   mapped_pages_ -= r.mapped_pages;
   r.mapped_pages = 0;
   r.ready_pages = 0;
+  if (fx != nullptr) {
+    ops_.untrack(r);
+    ops_.free_range_deferred(r.base, job);
+    fx->worker_frees += static_cast<std::uint32_t>(job.free_ranges.size());
+    ops_.submit(std::move(job));
+  }
   return waited;
 }
+
+void scheduler::wait_ready(vtensor_record& r, op_effects& fx) {
+  fx.waited_job = r.ticket;
+  ops_.wait(r.ticket, true);
+  fx.retried_jobs += static_cast<std::uint32_t>(ops_.retry_failed());
+  r.ready_pages = r.mapped_pages;
+}
+
+// Note [Releases on the worker]
+// With the pipeline, a release (finish, preempt) does its bookkeeping at once (the chunks go back
+// to the free pool, the range to the range cache) and hands the driver's unmaps, and the freeing
+// of a range the cache does not keep, to the worker in one job that nobody waits for. The worker
+// runs jobs in order, so the job waits for the request's own maps, and any later map at the
+// same addresses (a new request in the cached range) comes after the unmaps. A freed chunk may be
+// mapped anew before its old mapping is undone: the driver allows a chunk at two addresses, and
+// the old one is never touched again. A synchronous map of a request (extend) first waits for
+// the request's last job, which comes after any unmap of its range.
 
 // Undoes a create or fork that failed after taking memory: unpins, returns the chunks that were
 // not mapped, and the range.
@@ -205,6 +245,15 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
   const std::size_t required = chunks.size();
   alloc_ahead(lookahead_target(rec, needed) - needed, chunks, fx);
   const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
+  if (config_.pipeline) {
+    try {
+      build_pipelined(rec, chunks, shared, needed, partial_src, partial_bytes, fx);
+    } catch (...) {
+      discard(rec, own);
+      throw;
+    }
+    return true;
+  }
   const std::span<const chunk_id> now(chunks.begin(), ops_.async() ? required : chunks.size());
   try {
     rec.base = ops_.alloc_range();
@@ -220,6 +269,57 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
   }
   ops_.create_ahead(config_.create_ahead_chunks);
   return true;
+}
+
+// Note [Pipelined admission]
+// With the pipeline, an admission records its pages at once and hands every map (shared prefix
+// pages, prompt pages, lookahead pages) to the worker in one job, so that the caller can decide
+// the next step's admissions while the current step computes and the driver maps beside it (the
+// simulated clock's side: Note [Mapping worker model] in sim/vtensor_policy.hpp). The job follows,
+// in the worker's order, the unmaps of whatever request held the range before (Note [Releases on
+// the worker]), so a reused range is never mapped twice. The request's pages are not ready until
+// the caller waits for the job: its next extend does (wait_ready(), before any map of its own), as
+// does an unmap. A partial prefix page is the exception: its copy needs the pages mapped, so the
+// job up to that page is waited for before the copy, and the rest goes in later jobs.
+// With chunked prefill (`pipeline_chunk_tokens`) the step that computes the first chunk needs
+// only the pages of the cached prefix and of that chunk: they go in the first job(s), the rest of
+// the prompt and the lookahead pages in the last, mapped while the first chunks compute
+// (`first_pages`, `first_job` in op_effects).
+void scheduler::build_pipelined(vtensor_record& rec, const std::vector<chunk_id>& chunks, std::uint32_t shared,
+                                std::uint32_t needed, std::span<const chunk_id> partial_src,
+                                std::uint64_t partial_bytes, op_effects& fx) {
+  const std::uint32_t tensors = geometry_.tensors();
+  const auto total = static_cast<std::uint32_t>(chunks.size() / tensors);
+  rec.base = ops_.alloc_range();
+  ops_.track(rec);
+  // Jobs end at these pages: the partial page (waited for, then copied into), the first chunk's
+  // pages, the rest of the prompt and the lookahead pages.
+  std::uint32_t first = needed;
+  if (config_.pipeline_chunk_tokens > 0) {
+    const std::uint64_t hit =
+        (std::uint64_t{shared} * geometry_.chunk_bytes() + partial_bytes) / geometry_.bytes_per_token_per_tensor();
+    first = std::min<std::uint32_t>(
+        needed, static_cast<std::uint32_t>(geometry_.pages_for_tokens(hit + config_.pipeline_chunk_tokens)));
+  }
+  std::uint32_t cuts[3] = {partial_bytes > 0 ? shared + 1 : 0, first, total};
+  std::uint32_t from = 0;
+  for (std::uint32_t cut : cuts) {
+    if (cut <= from) continue;
+    map_pages(rec,
+              std::span<const chunk_id>(chunks).subspan(std::size_t{from} * tensors, std::size_t{cut - from} * tensors),
+              from < shared ? shared - from : 0, true, fx);
+    if (cut <= first) {  // the first chunk needs this job
+      fx.first_pages = fx.worker_pages;
+      fx.first_job = rec.ticket;
+    }
+    if (partial_bytes > 0 && cut == shared + 1) {
+      wait_ready(rec, fx);
+      for (std::uint32_t t = 0; t < tensors; ++t) {
+        ops_.copy_prefix(rec.page_addr(t, shared, geometry_.chunk_bytes()), partial_src[t], partial_bytes);
+      }
+    }
+    from = cut;
+  }
 }
 
 // The last step of create and fork: the record, now backed, joins the live requests.
@@ -355,17 +455,17 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
   }
   const operation_counters before = ops_.counters();
   op_effects& fx = result.effects;
+  if (config_.pipeline && needed > r.ready_pages) {  // its jobs first: the range may have been unmapped by one
+    wait_ready(r, fx);
+    fx.waited_first = true;
+  }
   if (needed > r.mapped_pages && !map_needed(r, needed, fx)) {
     ++counters_.preemption_signals;
     pool_effects(before, fx);
     result.status = alloc_status::needs_preemption;
     return result;
   }
-  if (needed > r.ready_pages) {  // a page it needs was mapped by the worker: wait until done
-    fx.waited_job = r.ticket;
-    ops_.wait(r.ticket, true);
-    r.ready_pages = r.mapped_pages;
-  }
+  if (needed > r.ready_pages) wait_ready(r, fx);  // a page it needs was mapped by the worker: wait until done
   if (config_.lookahead_pages > 0 && needed > geometry_.pages_for_tokens(r.tokens)) {
     top_up(r, needed, fx);
     ops_.create_ahead(config_.create_ahead_chunks);
@@ -461,6 +561,10 @@ void scheduler::release(vtensor_record& r, op_effects& fx) {
   account(r, -1);
   if (r.pinned != nullptr) ops_.tree().unpin(*r.pinned);
   r.pinned = nullptr;
+  if (config_.pipeline) {  // Note [Releases on the worker]
+    (void)unmap_all(r, &fx);
+    return;
+  }
   fx.waited_job = unmap_all(r);
   ops_.untrack(r);
   ops_.free_range(r.base);

@@ -46,10 +46,17 @@ struct scheduler_config {
   bool record_on_preempt = true;                           ///< a preempted request's prefix stays cached
   bool async_lookahead = false;                            ///< lookahead pages mapped by the background worker
   std::uint32_t create_ahead_chunks = 0;                   ///< worker keeps this many chunks free (0: off)
+  /// Pipelined admission (Note [Pipelined admission]): create and fork hand all their maps
+  /// (shared prefix, prompt and lookahead pages) to the worker, and releases unmap on it.
+  bool pipeline = false;
+  /// With the pipeline: prompt tokens a step computes at most (the replica's token budget with
+  /// chunked prefill; 0: the whole prompt). An admission's first job maps the pages its first
+  /// chunk needs, a second job the rest (Note [Pipelined admission]).
+  std::uint64_t pipeline_chunk_tokens = 0;
 
-  /// Whether the mapping worker runs: for asynchronous lookahead or for creating chunks ahead.
-  /// While it runs, every lookahead mapping is handed to it (Note [Deferred mappings]).
-  [[nodiscard]] bool runs_worker() const { return async_lookahead || create_ahead_chunks > 0; }
+  /// Whether the mapping worker runs: for asynchronous lookahead, creating chunks ahead or the
+  /// pipeline. While it runs, every lookahead mapping is handed to it (Note [Deferred mappings]).
+  [[nodiscard]] bool runs_worker() const { return async_lookahead || create_ahead_chunks > 0 || pipeline; }
 };
 
 /// Outcome of a call that may need memory.
@@ -64,6 +71,13 @@ struct op_effects {
   std::uint32_t worker_pages = 0;      ///< pages whose mapping went to the worker, in one job
   std::uint64_t worker_job = 0;        ///< that job's ticket (0: none)
   std::uint64_t waited_job = 0;        ///< the worker job the call waited for before going on (0: none)
+  bool waited_first = false;           ///< the wait came before the call's own maps (pipeline)
+  std::uint32_t worker_unmaps = 0;     ///< chunk mappings whose unmap went to the worker (a release)
+  std::uint32_t unmap_runs = 0;        ///< in that many unmap calls
+  std::uint32_t worker_frees = 0;      ///< ranges the worker frees after those unmaps
+  std::uint32_t retried_jobs = 0;      ///< failed worker map jobs the call mapped again itself
+  std::uint32_t first_pages = 0;       ///< pipeline: of worker_pages, those of the jobs the first chunk needs
+  std::uint64_t first_job = 0;         ///< pipeline: the last of those jobs (0: none)
   std::uint64_t chunks_created = 0;    ///< chunks created through the backend by the calling thread
   std::uint64_t pool_chunks = 0;       ///< chunks taken from the free pool
   std::uint64_t evicted_nodes = 0;     ///< cached prefixes evicted to make room
@@ -184,7 +198,11 @@ class scheduler {
   void pool_effects(const operation_counters& before, op_effects& fx) const;
   void release(vtensor_record& r, op_effects& fx);
   /// Unmaps every page after waiting for the request's last worker job; returns that job's ticket.
-  std::uint64_t unmap_all(vtensor_record& r);
+  /// With the pipeline the unmaps go to the worker instead (no wait), recorded in `fx`, and the
+  /// range is freed after them.
+  std::uint64_t unmap_all(vtensor_record& r, op_effects* fx = nullptr);
+  /// Waits for `r`'s last worker job, retries failed maps, marks its pages ready.
+  void wait_ready(vtensor_record& r, op_effects& fx);
   void check_record(const vtensor_record& r) const;
   void check_pins() const;
   void record_prefix(vtensor_record& r, std::span<const token_block> extra);
@@ -194,6 +212,9 @@ class scheduler {
   void discard(vtensor_record& r, std::span<const chunk_id> chunks);
   create_result go_live(std::unique_ptr<vtensor_record> rec, std::uint64_t tokens, std::uint32_t shared,
                         std::uint64_t hit, std::uint64_t partial_bytes, op_effects fx);
+  void build_pipelined(vtensor_record& rec, const std::vector<chunk_id>& chunks, std::uint32_t shared,
+                       std::uint32_t needed, std::span<const chunk_id> partial_src, std::uint64_t partial_bytes,
+                       op_effects& fx);
   bool build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
              std::span<const chunk_id> partial_src, std::uint64_t partial_bytes, op_effects& fx);
   std::vector<mapping*> run_;  // scratch for unmap runs

@@ -153,6 +153,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
   bool any_prefill = std::any_of(batch_.begin(), batch_.end(), [](const batch_entry& e) { return !e.decode; });
   while (!waiting_.empty() && running_.size() < config_.max_running && budget > 0) {
     live_request& r = *waiting_.front();
+    if (pipelined_ && r.arrival > last_step_start_) break;  // Note [Pipelined admission in the replica]
     const std::uint64_t target = std::uint64_t{r.prompt} + r.generated;
     const std::uint64_t max_tokens = std::max(target, std::uint64_t{r.prompt} + r.output);
     const kv_admit_result a = policy_.admit({request_id{r.id}, r.blocks, target, max_tokens});
@@ -187,6 +188,7 @@ void replica::start_step() {
   step_wall_start_ = std::chrono::steady_clock::now();
   policy_.advance_to(sim_us{queue_.now()});
   in_step_ = true;
+  pipelined_ = config_.pipeline && continuing_;
   batch_.clear();
   step_preempted_ = 0;
   const sim_ns vmm_start = policy_.vmm_time();
@@ -210,9 +212,10 @@ void replica::start_step() {
   admit_waiting(budget);
   const auto admitted = static_cast<std::uint32_t>(running_.size() - running_before);
 
-  if (batch_.empty()) {  // nothing could run (everything waiting was rejected)
+  if (batch_.empty()) {  // nothing could run (everything waiting was rejected, or arrived too late)
     in_step_ = false;
     observe();
+    if (pipelined_ && !waiting_.empty()) queue_.schedule_in(1, [this] { kick(); });
     return;
   }
   // Note [VMM time on the critical path].
@@ -242,6 +245,7 @@ void replica::run_step(step_record& rec) {
 
   rec.index = counters_.steps;
   rec.start = queue_.now();
+  last_step_start_ = rec.start;
   rec.duration_us = std::max<time_us>(duration, 1);
   rec.preempted = step_preempted_;
   rec.compute_us = cost.compute_s() * 1e6;
@@ -329,7 +333,9 @@ void replica::end_step() {
           .count());
   in_step_ = false;
   observe();
+  continuing_ = true;
   kick();
+  continuing_ = false;
 }
 
 }  // namespace vtensor::sim

@@ -39,12 +39,29 @@
 ///   done at the previous step's end;
 /// - plus, with asynchronous lookahead, its modelled waits for the mapping worker (Note [Mapping
 ///   worker model] in vtensor_policy.hpp): lookahead pages are mapped by the worker while steps
-///   run, and a step waits only when a page it needs is not mapped yet by the worker's clock.
-/// Without lookahead, or with synchronous lookahead (`--async-lookahead false`), every call is
-/// the step thread's: all VMM time is on the critical path. The worker's own time is reported
+///   run, and a step waits only when a page it needs is not mapped yet by the worker's clock;
+/// - with the pipeline (the default of `vtensor replay`, Note [Pipelined admission in the
+///   replica]), admissions are mapped by the worker beside the previous step and releases unmap
+///   on it: the step adds only the admission's maps not done when it begins, and its own calls'
+///   waits behind the worker's call in flight (Note [Driver contention]).
+/// Without lookahead and pipeline, or with synchronous lookahead (`--async-lookahead false`),
+/// every call is the step thread's: all VMM time is on the critical path. The worker's own time is reported
 /// beside (the summary's vmm_model.worker_time_us), off the path.
 /// Wall time (the real calls on `cuda`, emulated step compute, measured waits) is reported in
 /// the summary's `measured` block and never read by the replica's decisions.
+///
+/// Note [Pipelined admission in the replica]
+/// With `pipeline`, the admissions of a step that follows another are taken as decided while
+/// that one ran (vLLM's asynchronous scheduling, SGLang's overlap scheduler: the CPU schedules
+/// step N+1 while the GPU computes step N), so that a policy can map their pages beside it (the
+/// vtensor policy: Note [Mapping worker model]). The replica keeps its order of work (step N
+/// ends, its finished requests release, then step N+1 is built) and restricts what such an
+/// admission may know: only requests that arrived by the start of step N are admitted (FCFS: the
+/// queue stops at the first later one); those wait one step more. The memory that step N's
+/// finished requests free is used, as a scheduler that knows their stop (a length limit; the
+/// trace gives every output length) may reuse it: the new request writes only in step N+1. A
+/// step after an idle spell (nothing ran) admits as without the pipeline; when nothing is
+/// running and only later arrivals wait, the replica idles one microsecond and starts such a step.
 ///
 /// Note [Requests longer than the context]
 /// A request needs prompt + output tokens of context. Beyond `max_context_tokens`, `reject`
@@ -89,6 +106,9 @@ struct replica_config {
   attention_factors kernel_factors;        ///< the policy's attention kernel factors (Note [Kernel factors])
   time_us sample_interval_us = 1'000'000;  ///< state sample grid (0: none)
   bool check_every_step = false;           ///< check_invariants() after each step (debug)
+  /// Pipelined admission (Note [Pipelined admission in the replica]): after a step, admit only
+  /// requests that arrived before it began, as if decided while it ran.
+  bool pipeline = false;
 };
 
 /// One step, as the observers see it.
@@ -223,6 +243,9 @@ class replica {
   sim_ns pending_release_vmm_{};       // all VMM time of those releases
   std::array<std::uint64_t, k_vmm_call_kinds> last_step_calls_{};  // VMM calls when the previous step was built
   std::uint32_t step_preempted_ = 0;
+  bool continuing_ = false;                                // start_step() called at the end of a step
+  bool pipelined_ = false;                                 // this step's admissions are pipelined
+  time_us last_step_start_ = 0;                            // when the previous step began
   std::chrono::steady_clock::time_point step_wall_start_;  // measured only, never decides
   replica_counters counters_;
   state_tracker tracker_;

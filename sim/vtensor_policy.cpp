@@ -19,7 +19,8 @@ vtensor_policy::vtensor_policy(vtensor_policy_options options)
     : options_(std::move(options)),
       backend_owner_(make_accounted(options_)),
       backend_(static_cast<accounting_backend*>(backend_owner_.get())),
-      manager_(std::make_unique<manager>(*backend_owner_, options_.manager)) {}
+      manager_(std::make_unique<manager>(*backend_owner_, options_.manager)),
+      worker_call_ns_(backend_->price_ns(vmm_call::map) + backend_->price_ns(vmm_call::set_access)) {}
 
 vtensor_policy::~vtensor_policy() = default;
 
@@ -30,10 +31,43 @@ sim_ns vtensor_policy::step_model_time() const {
   return sim_ns{ns};
 }
 
+std::uint64_t vtensor_policy::step_calls() const {
+  std::uint64_t n = 0;
+  for (std::uint64_t c : backend_->step_side().calls) n += c;
+  return n;
+}
+
+// Note [Driver contention]: a step-thread call that finds the worker busy by the model's clock
+// waits behind the worker's call in flight, and the worker's later calls wait behind it.
 void vtensor_policy::book_step_calls() {
   const sim_ns t = step_model_time();
-  critical_ += t - booked_;
+  const sim_ns d = t - booked_;
+  const std::uint64_t calls = step_calls();
+  const std::uint64_t new_calls = calls - booked_calls_;
   booked_ = t;
+  booked_calls_ = calls;
+  if (d <= sim_ns{0}) return;
+  const sim_ns at = now();
+  if (worker_free_ > at && new_calls > 0) {
+    const sim_ns behind = std::min(worker_free_ - at, sim_ns{new_calls * worker_call_ns_});
+    contention_ += behind;
+    ++contended_;
+    critical_ += behind;
+    worker_free_ += d;
+  }
+  critical_ += d;
+}
+
+void vtensor_policy::do_release_model(const op_effects& fx) {
+  // Note [Mapping worker model]: a release's unmaps are the worker's, after the admissions that
+  // the pipeline decided while the step that ends here ran; they are booked at the next boundary.
+  count_worker(vmm_call::unmap, fx.unmap_runs);
+  count_worker(vmm_call::free_range, fx.worker_frees);
+  if (fx.worker_unmaps == 0) return;
+  const sim_ns price{backend_->price_ns(vmm_call::unmap, fx.worker_unmaps)};
+  if (release_backlog_ == sim_ns{0}) release_at_ = now();
+  release_backlog_ += price;
+  release_time_ += price;
 }
 
 void vtensor_policy::wait_for(request_id id, std::uint64_t ticket, sim_ns from) {
@@ -56,6 +90,8 @@ void vtensor_policy::submit(request_id id, const op_effects& fx) {
   const sim_ns price{backend_->price_ns(vmm_call::map, chunks) + backend_->price_ns(vmm_call::set_access, chunks)};
   worker_free_ = std::max(worker_free_, now()) + price;
   last_job_[id.value] = {fx.worker_job, worker_free_};
+  count_worker(vmm_call::map, chunks);
+  count_worker(vmm_call::set_access, chunks);
   ++jobs_;
   job_time_ += price;
 }
@@ -63,35 +99,137 @@ void vtensor_policy::submit(request_id id, const op_effects& fx) {
 void vtensor_policy::do_advance_to(sim_us at) {
   const auto t = std::chrono::duration_cast<sim_ns>(at);
   if (t <= origin_) return;
+  if (pipeline()) {
+    // The step that ends at t computed the first chunks of the prompts admitted for it; the next
+    // one computes their second chunks, which need the rest of their pages.
+    for (const sim_ns due : rest_due_) {
+      if (due > t) carry_ = std::max(carry_, due - t);
+    }
+    rest_due_.clear();
+    if (release_backlog_ > sim_ns{0}) {
+      worker_free_ = std::max(worker_free_, release_at_) + release_backlog_;
+      release_backlog_ = sim_ns{0};
+    }
+    // Note [Mapping worker model], pipelined admission: with requests live a step just ran from
+    // the step thread's clock now; the admissions decided next were decided while it ran.
+    pipelined_window_ = live_ > 0;
+    window_start_ = now();
+    window_cpu_ = window_start_;
+    window_worker_ = worker_free_;
+  }
   origin_ = t;
   critical_at_origin_ = critical_;
 }
 
+// An admission with the pipeline (Note [Mapping worker model]). Decided while the previous step
+// ran (`pipelined`): its step-thread calls were made then, off the clock, its jobs went to the
+// worker from there. After an idle spell: its calls are on the clock and its jobs start now.
+// Either way the step that computes its first chunk waits for the jobs that chunk needs.
+void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, bool pipelined) {
+  sim_ns start{};
+  if (pipelined) {
+    const sim_ns calls = step_model_time() - booked_;
+    booked_ += calls;
+    booked_calls_ = step_calls();
+    hidden_ += calls;
+    window_cpu_ += calls;
+    start = std::max(window_worker_, window_cpu_);
+  } else {
+    book_step_calls();
+    start = std::max(worker_free_, now());
+  }
+  const std::uint64_t tensors = manager_->geometry().tensors();
+  auto price = [&](std::uint64_t pages) {
+    return sim_ns{backend_->price_ns(vmm_call::map, pages * tensors) +
+                  backend_->price_ns(vmm_call::set_access, pages * tensors)};
+  };
+  count_worker(vmm_call::map, fx.worker_pages * tensors);
+  count_worker(vmm_call::set_access, fx.worker_pages * tensors);
+  const sim_ns first_done = start + price(fx.first_pages);
+  const sim_ns all = price(fx.worker_pages);
+  const sim_ns done = start + all;
+  if (pipelined) window_worker_ = done;
+  worker_free_ = pipelined ? std::max(worker_free_ + all, done) : done;
+  if (fx.worker_job != 0) last_job_[id.value] = {fx.worker_job, done};
+  if (fx.worker_pages > fx.first_pages) rest_due_.push_back(done);
+  jobs_ += fx.worker_job != 0 ? 1 : 0;
+  job_time_ += all;
+  if (first_done > now()) {
+    ++admission_waits_;
+    admission_wait_time_ += first_done - now();
+    critical_ += first_done - now();
+  }
+}
+
+void vtensor_policy::take_carry() {
+  if (carry_ <= sim_ns{0}) return;
+  ++rest_waits_;
+  rest_wait_time_ += carry_;
+  critical_ += carry_;
+  carry_ = sim_ns{0};
+}
+
 kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
+  take_carry();
   const create_result c = manager_->create(r.id, r.blocks, r.prompt_tokens, r.max_tokens);
+  if (pipeline()) {
+    if (!pipelined_window_) {
+      if (!c.ok()) {
+        book_step_calls();
+        return {};
+      }
+      ++live_;
+      model_pipeline_admit(r.id, c.effects, false);
+      return {true, c.hit_tokens, c.cow_bytes};
+    }
+    if (!c.ok()) {  // decided while the previous step ran too: its calls (eviction, creates) were off the clock
+      hidden_ += step_model_time() - booked_;
+      window_cpu_ += step_model_time() - booked_;
+      booked_ = step_model_time();
+      booked_calls_ = step_calls();
+      return {};
+    }
+    ++live_;
+    model_pipeline_admit(r.id, c.effects, true);
+    return {true, c.hit_tokens, c.cow_bytes};
+  }
   book_step_calls();
   if (!c.ok()) return {};
+  ++live_;
   submit(r.id, c.effects);  // the prompt's pages are mapped now; lookahead pages may go to the worker
   return {true, c.hit_tokens, c.cow_bytes};
 }
 
 bool vtensor_policy::do_grow(request_id id, std::uint64_t tokens) {
+  take_carry();
   const sim_ns start = now();
   const extend_result e = manager_->extend(id, tokens);
-  book_step_calls();
-  if (!e.ok()) return false;
-  // The wait comes after the pages mapped now (if any), before the top-up goes to the worker.
-  wait_for(id, e.effects.waited_job, e.effects.step_pages > 0 ? now() : start);
+  if (!e.ok()) {
+    book_step_calls();
+    return false;
+  }
+  // The wait comes after the pages mapped now (if any), before the top-up's calls and its job;
+  // with the pipeline it comes first (Note [Pipelined admission] in core/scheduler.cpp).
+  if (e.effects.step_pages > 0 && !e.effects.waited_first) {
+    book_step_calls();
+    wait_for(id, e.effects.waited_job, now());
+  } else {
+    wait_for(id, e.effects.waited_job, start);
+    book_step_calls();
+  }
   submit(id, e.effects);
   return true;
 }
 
 void vtensor_policy::do_release(request_id id, release_reason why) {
+  take_carry();
   const sim_ns start = now();
   const op_effects fx = why == release_reason::finished ? manager_->finish(id) : manager_->preempt(id);
+  --live_;
   wait_for(id, fx.waited_job, start);  // the core waits for deferred mappings before it unmaps
   last_job_.erase(id.value);
   book_step_calls();
+  do_release_model(fx);
 }
 
 // Note [vtensor memory breakdown]
@@ -124,6 +262,12 @@ kv_stats vtensor_policy::do_stats() const {
   s.evictions = m.evicted_nodes;
   s.chunks_created = m.chunks_created;
   s.vmm = m.vmm;
+  if (options_.manager.scheduler.runs_worker() && options_.manager.scheduler.create_ahead_chunks == 0) {
+    // The worker's calls as handed to it, not as done by now: per-step counts must not depend on
+    // wall time (identical replays, --compare-backends). Equal to the backend's once settled.
+    const vmm_side& step = backend_->step_side();
+    for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) s.vmm.calls[k] = step.calls[k] + worker_calls_[k];
+  }
   return s;
 }
 
@@ -164,6 +308,7 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
           {"lookahead_pages", m.scheduler.lookahead_pages},
           {"lookahead_batch", m.scheduler.lookahead_batch},
           {"async_lookahead", m.scheduler.runs_worker()},
+          {"pipeline", m.scheduler.pipeline},
           {"create_ahead_chunks", m.scheduler.create_ahead_chunks},
           {"partial", std::string(to_string(m.scheduler.partial))},
           {"eviction", m.eviction},

@@ -6,8 +6,8 @@
 /// model]) that puts the simulated waits on the step's critical path.
 ///
 /// Note [Mapping worker model]
-/// With asynchronous lookahead the manager hands lookahead mappings to a background worker. The
-/// simulated clock models that worker; it must not read wall time, so that a replay over `cuda`
+/// With asynchronous lookahead or the pipeline the manager hands mappings to a background worker.
+/// The simulated clock models that worker; it must not read wall time, so that a replay over `cuda`
 /// decides exactly as one over `sim`. The model reads what each manager call did (its
 /// op_effects, Note [Effects of a call] in core/scheduler.cpp) and re-derives nothing:
 /// - step-thread time: the step's simulated start (advance_to) plus the modelled price of every
@@ -19,22 +19,62 @@
 /// - a wait: when a call waited for a job (`waited_job`: an extend that needs a page the worker
 ///   was given, a release undoing the request's mappings), the step thread waits until that
 ///   job's modelled end. An extend waits after the pages it mapped itself (`step_pages` > 0),
-///   else from its start;
+///   else (and always with the pipeline, `waited_first`) from its start;
+/// - pipelined admission (`scheduler_config::pipeline`, with the replica's Note [Pipelined
+///   admission in the replica]): at a step boundary with requests live, the step that just ended
+///   ran from the step-thread time reached when it was built (the window's start). The admissions
+///   of the next step are taken as decided in that window: their own step-thread calls (reserve,
+///   create, a copy's scratch map) are made there, off the clock, one after the other, and their
+///   jobs follow on the worker from max(window start, worker clock at the boundary); a job is
+///   still charged to the worker clock for later jobs. The step then waits for the jobs that the
+///   first prefill chunk needs (`first_pages`: the cached prefix's pages and the first chunk's,
+///   Note [Pipelined admission] in core/scheduler.cpp) to end, counted as an admission wait. The
+///   rest of the prompt (and the lookahead pages) must be mapped when the next step, which
+///   computes the second chunk, begins: at the boundary that ends the first chunk's step, the part
+///   of those jobs still ahead is booked as a wait at the next step's first call into the policy
+///   (a release at the boundary, a growth, an admission; `rest_waits`). An 8192-token chunk
+///   computes for about 160 ms on an H200 and its 16 pages map in about 25 ms, so this is rare
+///   (whole Mooncake trace: 109 such waits, 6.4 s, at --time-scale 1). Later chunks are not
+///   checked apart (the whole rest is due at the second). After an idle spell
+///   (no request live at the boundary) nothing ran beside the admission: its calls are on the
+///   clock, its jobs start then, and the step waits for the first chunk's jobs at once. In wall
+///   time (on `cuda`) the replica still builds a step after the previous one ended, so the real
+///   jobs run beside the step that computes them (emulated compute reads no memory); only the
+///   model places them beside the previous one;
+/// - releases with the pipeline unmap on the worker (Note [Releases on the worker]): priced
+///   per chunk, nobody waits; since in the pipelined order they come after the next step's
+///   admissions, they are added to the worker clock at the next boundary;
 /// - the chunks of lookahead pages are allocated by the step thread (only their mapping is
 ///   deferred), so their creation stays on the clock unless chunks are created ahead;
-/// - not modelled: the driver serialising the worker against the step thread's own calls, and
-///   chunk creation ahead (create_ahead > 0), which is taken as idle-time work: the step thread's
-///   creates are then left off the clock, since whether a chunk came from the worker's stock is
-///   a matter of wall time.
+/// - driver contention: Note [Driver contention];
+/// - not modelled: chunk creation ahead (create_ahead > 0), which is taken as idle-time work: the
+///   step thread's creates are then left off the clock, since whether a chunk came from the
+///   worker's stock is a matter of wall time; the device copy of a partial page; and a map job
+///   that fails on the worker (its retry is on the step thread's clock through its calls only).
 /// Without the worker no call hands out a job or waits, and the clock is the step thread's calls
 /// alone. The core decides when an extend waits from its own record of which pages are ready;
 /// settling the manager marks every page ready, so the policy settles only when the replay is
 /// over (kv_policy::settle()), never in between: checking invariants does not settle.
+///
+/// Note [Driver contention]
+/// The driver serialises VMM calls, and so does the core: every call, from either thread, holds
+/// the backend lock, and the worker takes it for one call at a time (core/async_mapper.cpp), not
+/// for a whole job. A step-thread call made while the worker is busy (by the model's clock: the
+/// worker clock is past the step thread's) waits behind the worker's call in flight: each new
+/// step-thread call of a booking (book_step_calls()) adds one worker call (a map + set-access of
+/// one chunk) to the step, at most until the worker is free; and the worker's later calls wait
+/// behind the step thread's, so its clock moves on by their price. In the built-in H200 latency
+/// model a map + set-access costs about 46 us, so a step-thread call waits that long at most (one
+/// worker call, not the worker's queue). The figures: `contended_bookings` and `contention_us` in
+/// the summary's vmm_model. A std::mutex is not fair: on the GPU the step thread may wait for
+/// more than one worker call; the H200 check compares the two.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backends/registry.hpp"
 #include "core/manager.hpp"
@@ -68,6 +108,28 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] const accounting_backend& backend() const { return *backend_; }
   /// Where the VMM time went (call after the replay for settled worker figures).
   [[nodiscard]] vtensor_vmm_report report() const;
+  /// The pipeline's part of the model (Note [Mapping worker model]).
+  struct pipeline_report {
+    std::uint64_t hidden_ns = 0;          ///< step-thread calls of pipelined admissions, made beside a step
+    std::uint64_t admission_waits = 0;    ///< admissions whose maps were not done when their step began
+    std::uint64_t admission_wait_ns = 0;  ///< the step time those waits added
+    std::uint64_t release_ns = 0;         ///< unmaps of releases, on the worker
+    std::uint64_t contended_calls = 0;    ///< step-thread bookings that found the worker busy
+    std::uint64_t contention_ns = 0;      ///< the time they waited behind the worker's call
+    std::uint64_t rest_waits = 0;         ///< steps that waited for the rest of a prompt's pages
+    std::uint64_t rest_wait_ns = 0;       ///< the time they waited
+  };
+  /// The pipeline's figures.
+  [[nodiscard]] pipeline_report pipeline_figures() const {
+    return {static_cast<std::uint64_t>(hidden_.count()),
+            admission_waits_,
+            static_cast<std::uint64_t>(admission_wait_time_.count()),
+            static_cast<std::uint64_t>(release_time_.count()),
+            contended_,
+            static_cast<std::uint64_t>(contention_.count()),
+            rest_waits_,
+            static_cast<std::uint64_t>(rest_wait_time_.count())};
+  }
 
  private:
   struct worker_job {
@@ -91,7 +153,12 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] memory_breakdown breakdown(const memory_stats& m) const;  // Note [vtensor memory breakdown]
   [[nodiscard]] sim_ns step_model_time() const;  // step thread's priced calls (creates excluded with create-ahead)
   [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
-  void book_step_calls();                                           // adds the step thread's new calls to the clock
+  void book_step_calls();  // adds the step thread's new calls to the clock (Note [Driver contention])
+  [[nodiscard]] std::uint64_t step_calls() const;  // step-thread calls so far
+  [[nodiscard]] bool pipeline() const { return options_.manager.scheduler.pipeline; }
+  void model_pipeline_admit(request_id id, const op_effects& fx, bool pipelined);  // Note [Mapping worker model]
+  void do_release_model(const op_effects& fx);                                     // a release's unmaps on the worker
+  void take_carry();  // books a wait for the rest of a prompt's pages (Note [Mapping worker model])
   void wait_for(request_id id, std::uint64_t ticket, sim_ns from);  // a modelled wait, from `from`, for job `ticket`
   void submit(request_id id, const op_effects& fx);                 // the job a call handed to the worker
 
@@ -108,6 +175,21 @@ class vtensor_policy final : public kv_policy {
   sim_ns job_time_{};                                       // modelled price of the jobs
   sim_ns wait_time_{};                                      // modelled waits
   std::uint64_t jobs_ = 0, waits_ = 0;
+  std::uint64_t live_ = 0;                   // requests admitted and not released
+  std::uint64_t booked_calls_ = 0;           // step-thread calls already on the clock
+  std::uint64_t worker_call_ns_ = 0;         // one map + set-access of the worker
+  bool pipelined_window_ = false;            // the admissions now were decided during a step
+  sim_ns window_start_{};                    // when that step's compute began
+  sim_ns window_cpu_{};                      // the step thread's clock in the window
+  sim_ns window_worker_{};                   // the worker's clock for the window's admissions
+  sim_ns release_backlog_{}, release_at_{};  // releases' unmaps not on the worker clock yet
+  sim_ns hidden_{}, admission_wait_time_{}, release_time_{}, contention_{};
+  std::uint64_t admission_waits_ = 0, contended_ = 0, rest_waits_ = 0;
+  std::vector<sim_ns> rest_due_;  // ends of the jobs with the rest of the prompts admitted this step
+  sim_ns carry_{};                // the next step's wait for them, booked at its first call
+  sim_ns rest_wait_time_{};
+  std::array<std::uint64_t, k_vmm_call_kinds> worker_calls_{};  // calls handed to the worker, by kind
+  void count_worker(vmm_call c, std::uint64_t n) { worker_calls_[static_cast<std::size_t>(c)] += n; }
 };
 
 }  // namespace vtensor::sim

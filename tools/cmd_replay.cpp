@@ -76,6 +76,7 @@ struct replay_options {
   double sample_ms = 0;
   std::uint64_t seed = 0;
   bool with_wall = true;
+  bool pipeline = false;                                      // pipelined admission (replica and vtensor policy)
   std::optional<std::string> json, timeseries, chrome_trace;  // output files
 
   [[nodiscard]] bool emulate_for(const std::string& backend) const { return emulate_steps.value_or(backend == "cuda"); }
@@ -122,13 +123,17 @@ po::options_description vtensor_options() {
       "layout", po::value<std::string>()->default_value("kv-fused"),
       ("vtensor layout: " + k_kv_layout_names.list()).c_str())(
       "lookahead", po::value<std::uint32_t>(),
-      "pages mapped ahead of need, vtensor and vattention (default: 0 for vtensor, 1 for vattention)")(
+      "pages mapped ahead of need, vtensor and vattention (default 1; vtensor before the pipeline: 0)")(
       "lookahead-batch", po::value<std::uint32_t>()->default_value(1),
       "lookahead pages mapped at a time, 1 to --lookahead (runs per tensor: cheaper for the driver)")(
       "async-lookahead", po::value<bool>()->default_value(true),
       "map lookahead pages on the background worker (true/false; only with --lookahead > 0)")(
       "create-ahead", po::value<std::uint32_t>()->default_value(0),
       "the worker keeps N chunks created in the free pool")(
+      "pipeline", po::value<bool>(),
+      "pipelined admission: a step's admissions are decided while the previous step runs, the vtensor "
+      "policy maps them and unmaps releases on the worker (true/false; default: true for vtensor, false "
+      "for the others)")(
       "emulate-steps", po::value<bool>(),
       "spend each step's modelled compute in wall time so the worker overlaps it (default: on for cuda)")(
       "step-time-scale", po::value<double>()->default_value(1.0), "emulated step time = modelled compute x SCALE")(
@@ -280,9 +285,7 @@ void parse_policy(const po::variables_map& v, replay_options& o) {
   if (!layout)
     throw usage_error(fmt::format("--layout: unknown layout '{}' ({})", layout_text, k_kv_layout_names.list()));
   p.layout = *layout;
-  p.lookahead_pages = v.count("lookahead") != 0       ? get<std::uint32_t>(v, "lookahead")
-                      : o.policy_name == "vattention" ? 1
-                                                      : 0;
+  p.lookahead_pages = v.count("lookahead") != 0 ? get<std::uint32_t>(v, "lookahead") : 1;
   p.lookahead_batch = get<std::uint32_t>(v, "lookahead-batch");
   if (p.lookahead_batch == 0 || p.lookahead_batch > std::max<std::uint32_t>(1, p.lookahead_pages)) {
     throw usage_error(fmt::format("--lookahead-batch must be between 1 and --lookahead ({})", p.lookahead_pages));
@@ -330,6 +333,8 @@ void parse_replica(const po::variables_map& v, replay_options& o) {
     throw usage_error(
         fmt::format("--over-context: '{}' is neither reject nor truncate", get<std::string>(v, "over-context")));
   c.replica.over_context = *over;
+  o.pipeline = v.count("pipeline") != 0 ? v["pipeline"].as<bool>() : o.policy_name == "vtensor";
+  c.replica.pipeline = o.pipeline;
   o.overhead_ms = get<double>(v, "step-overhead-ms");
   if (!(o.overhead_ms >= 0)) throw usage_error("--step-overhead-ms must not be negative");
   c.replica.step_overhead_s = o.overhead_ms / 1e3;
@@ -511,6 +516,8 @@ void add_vmm_split(nlohmann::ordered_json& j, const sim::vmm_split_report& r, co
   model["wait_us"] = us(r.modelled_wait_ns);
   model["wait_share_of_step_time"] =
       s.counters.busy_us == 0 ? 0.0 : us(r.modelled_wait_ns) / static_cast<double>(s.counters.busy_us);
+  model["critical_share_of_step_time"] =
+      s.counters.busy_us == 0 ? 0.0 : us(r.critical_model_ns) / static_cast<double>(s.counters.busy_us);
   j["vmm_model"] = model;
   nlohmann::ordered_json creation;
   creation["warmup_fraction"] = warmup_fraction;
@@ -546,10 +553,10 @@ void print_vmm_split(std::ostream& out, const nlohmann::ordered_json& j) {
   if (!j.contains("vmm_model")) return;
   const auto& m = j["vmm_model"];
   out << fmt::format(
-      "vmm model: {:.1f} ms on the steps ({:.1f} ms of step-thread calls, {} waits for the worker "
-      "= {:.2f} ms, {:.3f}% of step time); worker: {} jobs, {:.1f} ms off the steps\n",
-      m["critical_us"].get<double>() / 1e3, m["step_thread_calls_us"].get<double>() / 1e3,
-      m["waits"].get<std::uint64_t>(), m["wait_us"].get<double>() / 1e3,
+      "vmm model: {:.1f} ms on the steps = {:.3f}% of step time ({:.1f} ms of step-thread calls, {} waits for the "
+      "worker = {:.2f} ms, {:.3f}% of step time); worker: {} jobs, {:.1f} ms off the steps\n",
+      m["critical_us"].get<double>() / 1e3, 100 * m["critical_share_of_step_time"].get<double>(),
+      m["step_thread_calls_us"].get<double>() / 1e3, m["waits"].get<std::uint64_t>(), m["wait_us"].get<double>() / 1e3,
       100 * m["wait_share_of_step_time"].get<double>(), m["worker_jobs"].get<std::uint64_t>(),
       m["worker_time_us"].get<double>() / 1e3);
   const auto& c = j["chunk_creation"];
@@ -616,17 +623,33 @@ nlohmann::ordered_json run_config_json(const replay_options& o, const sim::kv_po
                            {"prefill", config.replica.kernel_factors.prefill},
                            {"decode", config.replica.kernel_factors.decode}};
   cfg["sample_ms"] = o.sample_ms;
+  cfg["pipeline"] = o.pipeline;
   const scheduler_config sched = sim::vtensor_options(p).manager.scheduler;
-  cfg["vmm_critical_path"] = !sched.runs_worker() ? "all VMM calls (synchronous mapping)"
-                             : sched.create_ahead_chunks == 0
-                                 ? "step-thread calls + modelled waits (lookahead mapped by the worker)"
-                                 : "step-thread calls but chunk creation + modelled waits (lookahead mapped and chunks "
-                                   "created ahead by the worker)";
+  cfg["vmm_critical_path"] =
+      o.pipeline && o.policy_name == "vtensor"
+          ? "step-thread calls but pipelined admissions + modelled waits (admissions mapped beside the previous "
+            "step, lookahead and releases on the worker) + waits behind the worker's call in flight"
+      : !sched.runs_worker() ? "all VMM calls (synchronous mapping)"
+      : sched.create_ahead_chunks == 0
+          ? "step-thread calls + modelled waits (lookahead mapped by the worker)"
+          : "step-thread calls but chunk creation + modelled waits (lookahead mapped and chunks "
+            "created ahead by the worker)";
   cfg["vmm_clock"] = "latency model (measured VMM time is reported, never fed to the clock)";
   cfg["emulate_steps"] = emulated;
   cfg["step_time_scale"] = o.step_scale;
   cfg["device"] = p.device_index;
   return cfg;
+}
+
+// The policy of a replay: the registry's, with the pipeline for vtensor (Note [Pipelined
+// admission] in core/scheduler.cpp).
+std::unique_ptr<sim::kv_policy> make_policy(const replay_options& o, const sim::kv_policy_options& p) {
+  if (o.policy_name != "vtensor") return sim::make_kv_policy(o.policy_name, p);
+  sim::vtensor_policy_options v = sim::vtensor_options(p);
+  v.manager.scheduler.pipeline = o.pipeline;
+  // The step that computes a prompt's first chunk needs only that chunk's pages (and the cached prefix's).
+  v.manager.scheduler.pipeline_chunk_tokens = o.config.replica.chunked_prefill ? o.config.replica.token_budget : 0;
+  return std::make_unique<sim::vtensor_policy>(std::move(v));
 }
 
 // The progress line on a terminal's stderr (none in tests or pipes).
@@ -647,7 +670,7 @@ replay_run run_one(const replay_options& o, const std::string& backend, bool las
                    const cli_streams& io) {
   sim::kv_policy_options p = o.policy;
   p.backend = backend;
-  const auto policy = sim::make_kv_policy(o.policy_name, p);
+  const auto policy = make_policy(o, p);
   const auto reader = traces::open_trace(o.trace_path, o.format);
   sim::step_log log(*policy, o.comparing);
   std::vector<sim::replica_observer*> observers{&log};
@@ -670,6 +693,18 @@ replay_run run_one(const replay_options& o, const std::string& backend, bool las
   if (run.vmm) {
     add_vmm_split(run.json, *run.vmm, summary, log.creation(o.warmup_fraction), o.warmup_fraction,
                   emulator ? emulator->emulated_ns() : 0, o.with_wall);
+    if (const auto* v = dynamic_cast<const sim::vtensor_policy*>(policy.get())) {
+      const auto f = v->pipeline_figures();
+      auto& m = run.json["vmm_model"];
+      m["pipelined_admission_calls_us"] = us(f.hidden_ns);
+      m["admission_waits"] = f.admission_waits;
+      m["admission_wait_us"] = us(f.admission_wait_ns);
+      m["release_unmaps_on_worker_us"] = us(f.release_ns);
+      m["contended_bookings"] = f.contended_calls;
+      m["contention_us"] = us(f.contention_ns);
+      m["prompt_rest_waits"] = f.rest_waits;
+      m["prompt_rest_wait_us"] = us(f.rest_wait_ns);
+    }
   }
   run.log = log.steps();
   return run;
@@ -784,7 +819,11 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
         "With --backend cuda the vtensor policy makes real VMM calls on a GPU (--memory caps it) and\n"
         "each step's compute is emulated in wall time; the simulated clock still runs on the latency\n"
         "model, so decisions match a sim replay (--compare-backends sim,cuda checks it step by step).\n"
-        "--lookahead N maps N pages ahead on the background worker unless --async-lookahead false.",
+        "--lookahead N maps N pages ahead on the background worker unless --async-lookahead false.\n"
+        "vtensor runs pipelined by default (--pipeline): a step's admissions are decided while the\n"
+        "previous step computes, their pages are mapped by the worker beside it (the first prefill\n"
+        "chunk's first), releases unmap on the worker, and a step waits only for what is not done;\n"
+        "--pipeline false --lookahead 0 is the former default (every admission and release on the step).",
         replay_option_table(), positional, args, io);
     if (!values) return exit_success;
     return run_replays(parse_replay_options(*values), io);

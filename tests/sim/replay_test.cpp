@@ -54,7 +54,7 @@ TEST_CASE("replay golden: the first 100 Mooncake requests, unlimited memory and 
   CHECK(j["prompt_tokens"] == 1524742);
   CHECK(j["output_tokens"] == 36758);
   CHECK(j["prefix_hit_tokens"] == 47616);
-  CHECK(j["steps"] == 961);
+  CHECK(j["steps"] == 964);  // pipelined admission (the default): arrivals during a step wait one more
   CHECK(j["prefix_hit_rate"].get<double>() <= bound);
   CHECK(j["prefix_hit_rate"].get<double>() > bound - 0.005);
   CHECK_FALSE(j.contains("wall_seconds"));
@@ -68,7 +68,7 @@ TEST_CASE("replay golden: the first 100 Mooncake requests, unlimited memory and 
   CHECK(j["completed"] == 97);
   CHECK(j["rejected_memory"] == 3);
   CHECK(j["prefix_hit_tokens"] == 46080);
-  CHECK(j["steps"] == 10267);
+  CHECK(j["steps"] == 10282);
   CHECK(j["peak_physical_bytes"] == 8ull << 30);
   CHECK(j["evictions"].get<int>() > 0);
   CHECK(j["prefix_hit_rate"].get<double>() <= bound);
