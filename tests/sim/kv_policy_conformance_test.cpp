@@ -230,7 +230,8 @@ TEST_SUITE("gpu") {
       CAPTURE(name);
       const std::uint64_t before = used();
       {
-        auto p = make_kv_policy(name, options_on("cuda", 2 * k_gib));
+        // 4 GiB: static reserves the maximum context (4096 tokens, 512 MiB) for each of the six
+        auto p = make_kv_policy(name, options_on("cuda", 4 * k_gib));
         for (std::uint64_t id = 1; id <= 6; ++id) {
           const std::vector<token_block> own{{id * 77, 512}};
           REQUIRE(p->admit({request_id{id}, own, 1000, 1100}).admitted);
