@@ -116,7 +116,7 @@ po::options_description workload_options() {
 po::options_description vtensor_options() {
   po::options_description o("vtensor policy and backend");
   o.add_options()("backend", po::value<std::string>()->default_value("sim"),
-                  "VMM backend of the vtensor policy: sim, or cuda (a real GPU)")(
+                  "VMM backend every policy holds its KV memory through: sim, or cuda (a real GPU)")(
       "device", po::value<int>()->default_value(0), "cuda backend: GPU index")(
       "compare-backends", po::value<std::string>(),
       "A,B (e.g. sim,cuda): replay twice, check that both runs agree step by step, compare VMM time")(
