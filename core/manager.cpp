@@ -119,6 +119,8 @@ manager_stats manager::stats() const {
   s.chunks_created = ops.counters().chunks_created;
   s.mapping_waits = a.waits;
   s.mapping_wait_ns = a.wait_ns;
+  s.driver_lock_waits = ops.counters().lock_waits;
+  s.driver_lock_wait_ns = ops.counters().lock_wait_ns;
   return s;
 }
 

@@ -46,6 +46,8 @@ struct manager_stats {
   std::uint64_t chunks_created = 0;        ///< chunks created in all (after warm-up, ideally no more)
   std::uint64_t mapping_waits = 0;         ///< extends that waited for a worker mapping
   std::uint64_t mapping_wait_ns = 0;       ///< wall time of those waits
+  std::uint64_t driver_lock_waits = 0;     ///< step-thread VMM calls that waited for the worker's call in flight
+  std::uint64_t driver_lock_wait_ns = 0;   ///< wall time of those waits
 
   /// prefix hit tokens / prompt tokens.
   [[nodiscard]] double prefix_hit_rate() const { return vtensor::prefix_hit_rate(prefix_hit_tokens, prompt_tokens); }

@@ -5,6 +5,7 @@
 /// trim() or shutdown), eviction of cached prefixes, and copy-on-write of partial prefix pages.
 /// Owns the vTensor pool: pSet, vSet and rTree.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,6 +35,8 @@ struct operation_counters {
   std::uint64_t pool_hits = 0;       ///< chunks taken from the free pool
   std::uint64_t chunks_created = 0;  ///< chunks created through the backend
   std::uint64_t created_ahead = 0;   ///< of the chunks created, those the worker created ahead of need
+  std::uint64_t lock_waits = 0;      ///< step-thread VMM calls that found the worker holding the driver
+  std::uint64_t lock_wait_ns = 0;    ///< wall time of those waits (Note [Driver contention])
 };
 
 /// The operations and the pool they act on. Not thread-safe.
@@ -156,7 +159,12 @@ class operations {
   // --- state ---
   [[nodiscard]] const pset& chunks() const { return pset_; }
   [[nodiscard]] const vset& mappings() const { return vset_; }
-  [[nodiscard]] const operation_counters& counters() const { return counters_; }
+  [[nodiscard]] operation_counters counters() const {
+    operation_counters c = counters_;
+    c.lock_waits = lock_waits_;
+    c.lock_wait_ns = lock_wait_ns_;
+    return c;
+  }
   /// Chunks mapped at least once.
   [[nodiscard]] std::uint64_t mapped_chunks() const { return mapped_chunks_; }
   /// Chunks mapped shared at least once.
@@ -173,10 +181,19 @@ class operations {
   mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared);
   void adopt_created();
   void check_backend() const;
-  /// Runs `f(backend)` holding the backend lock (the worker calls the backend too).
+  /// Runs `f(backend)` holding the backend lock (the worker calls the backend too). A lock
+  /// found taken is a wait behind the worker's call in flight: counted and timed in wall time,
+  /// the measured side of the modelled contention.
   template <class F>
   decltype(auto) vmm(F&& f) const {
-    std::lock_guard lock(backend_mutex_);
+    std::unique_lock lock(backend_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      const auto start = std::chrono::steady_clock::now();
+      lock.lock();
+      ++lock_waits_;
+      lock_wait_ns_ += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    }
     return f(backend_);
   }
 
@@ -192,7 +209,9 @@ class operations {
   device_addr scratch_ = 0;
   device_copy_fn copy_;
   mutable std::mutex backend_mutex_;
-  std::unique_ptr<async_mapper> mapper_;  // declared after what it uses: destroyed (drained) first
+  mutable std::uint64_t lock_waits_ = 0;    // step-thread waits for backend_mutex_ in vmm()
+  mutable std::uint64_t lock_wait_ns_ = 0;  // their wall time
+  std::unique_ptr<async_mapper> mapper_;    // declared after what it uses: destroyed (drained) first
   std::uint64_t ahead_ticket_ = 0;
   operation_counters counters_;
   std::uint64_t mapped_chunks_ = 0;

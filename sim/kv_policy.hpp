@@ -97,6 +97,8 @@ struct vmm_split_report {
   std::uint64_t modelled_wait_ns = 0;      ///< their modelled length
   std::uint64_t mapping_waits = 0;         ///< measured: extends that waited for the worker
   std::uint64_t mapping_wait_ns = 0;       ///< measured: wall time of those waits
+  std::uint64_t driver_lock_waits = 0;     ///< measured: step-thread VMM calls behind the worker's call in flight
+  std::uint64_t driver_lock_wait_ns = 0;   ///< measured: wall time of those waits
   std::uint64_t async_vmm_ns = 0;          ///< charged by the worker
   std::uint64_t chunks_created = 0;        ///< chunks created in all
   std::uint64_t chunks_created_ahead = 0;  ///< of which by the worker

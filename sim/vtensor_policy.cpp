@@ -285,6 +285,8 @@ vtensor_vmm_report vtensor_policy::report() const {
   const manager_stats m = manager_->stats();
   r.mapping_waits = m.mapping_waits;
   r.mapping_wait_ns = m.mapping_wait_ns;
+  r.driver_lock_waits = m.driver_lock_waits;
+  r.driver_lock_wait_ns = m.driver_lock_wait_ns;
   r.async_vmm_ns = m.async_vmm_ns;
   r.chunks_created = m.chunks_created;
   r.chunks_created_ahead = m.chunks_created_ahead;

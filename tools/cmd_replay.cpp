@@ -537,6 +537,8 @@ void add_vmm_split(nlohmann::ordered_json& j, const sim::vmm_split_report& r, co
   m["wait_share_of_step_time"] = s.counters.step_wall_ns == 0 ? 0.0
                                                               : static_cast<double>(r.mapping_wait_ns) /
                                                                     static_cast<double>(s.counters.step_wall_ns);
+  m["driver_lock_waits"] = r.driver_lock_waits;  // measured side of Note [Driver contention]
+  m["driver_lock_wait_ms"] = ms(r.driver_lock_wait_ns);
   m["step_thread_vmm_ms"] = ms(r.step.total_charged_ns());
   m["worker_vmm_ms"] = ms(r.worker.total_charged_ns());
   m["step_thread_calls"] = by_kind(r.step.calls, 1.0);
@@ -577,6 +579,13 @@ void print_vmm_split(std::ostream& out, const nlohmann::ordered_json& j) {
       w["mapping_wait_ms"].get<double>(), 100 * w["wait_share_of_step_time"].get<double>(),
       w["step_thread_vmm_ms"].get<double>(), w["worker_vmm_ms"].get<double>(), w["chunks_created"].get<std::uint64_t>(),
       w["chunks_created_ahead"].get<std::uint64_t>());
+  if (j["vmm_model"].contains("contention_us")) {
+    out << fmt::format(
+        "driver contention: {} step-thread VMM calls waited behind the worker's call in flight, {:.3f} ms measured; "
+        "modelled {} bookings, {:.3f} ms\n",
+        w["driver_lock_waits"].get<std::uint64_t>(), w["driver_lock_wait_ms"].get<double>(),
+        j["vmm_model"]["contended_bookings"].get<std::uint64_t>(), j["vmm_model"]["contention_us"].get<double>() / 1e3);
+  }
 }
 
 // ---- one run ---------------------------------------------------------------------------------
