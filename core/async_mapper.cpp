@@ -65,8 +65,13 @@ std::uint64_t async_mapper::last_ticket() const {
 void async_mapper::wait(std::uint64_t ticket, bool step_wait) {
   std::unique_lock lock(mutex_);
   if (completed_ < ticket) {
+    // The worker cannot finish the job while the step thread holds the driver (Note [Driver
+    // hand-over]): let go while blocked, take it back after.
+    const bool held = step_holds_driver_.load(std::memory_order_acquire);
+    if (held) release_driver();
     const auto t0 = std::chrono::steady_clock::now();
     done_cv_.wait(lock, [&] { return completed_ >= ticket; });
+    if (held) hold_driver();
     if (step_wait) {
       ++counters_.waits;
       counters_.wait_ns += static_cast<std::uint64_t>(
@@ -100,9 +105,21 @@ async_counters async_mapper::counters() const {
 // retry): what was never mapped is not unmapped, and nothing leaks either way. A driver error in
 // any other call of the worker (create, unmap, free) is kept and rethrown by the next wait().
 
+// Note [Driver hand-over]
+// The driver serialises VMM calls, and the core holds the backend lock around each one. A plain
+// std::mutex is not fair: on the H200 the worker, taking the lock call after call in a tight
+// loop, took it again before the waiting step thread woke, so a step-thread call waited 12-16 ms
+// (hundreds of worker calls) instead of one call (results/gpu/2026-12-03-h200-issue11-contention).
+// So the step thread takes the driver for a whole manager operation (hold_driver(), by
+// operations::driver_scope in every manager call): the worker checks before each call and waits
+// while the step thread holds it. A step-thread operation then waits at most for the one worker
+// call in flight, and none of its later calls waits; the worker's next call waits for the whole
+// operation. This is the form Note [Driver contention] in sim/vtensor_policy.hpp models. The
+// step thread lets go while it waits for a worker job (wait()), or it would wait for ever.
 template <class F>
 void async_mapper::locked_call(std::uint64_t& charged, F&& f) {
-  std::lock_guard backend_lock(backend_mutex_);  // one driver call at a time (Note [Driver contention])
+  step_holds_driver_.wait(true, std::memory_order_acquire);  // Note [Driver hand-over]
+  std::lock_guard backend_lock(backend_mutex_);              // one driver call at a time (Note [Driver contention])
   const std::uint64_t before = backend_.counters().total_time_ns();
   f();
   charged += backend_.counters().total_time_ns() - before;

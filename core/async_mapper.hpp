@@ -11,6 +11,7 @@
 /// (Note [Checking with jobs in flight] in operations.cpp). Every backend call, from either thread, holds
 /// `backend_mutex()`. A driver error in the worker is kept and rethrown by the next wait().
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -112,6 +113,16 @@ class async_mapper {
   /// A copy of the counters.
   [[nodiscard]] async_counters counters() const;
 
+  /// The step thread takes the driver for a whole operation (Note [Driver hand-over]): until
+  /// release_driver(), the worker starts no new driver call; the one in flight finishes first.
+  /// A wait() for the worker lets go of the driver while it blocks and takes it back after.
+  void hold_driver() noexcept { step_holds_driver_.store(true, std::memory_order_release); }
+  /// Ends hold_driver(); the worker goes on.
+  void release_driver() noexcept {
+    step_holds_driver_.store(false, std::memory_order_release);
+    step_holds_driver_.notify_all();
+  }
+
  private:
   void run();
   void run_job(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
@@ -133,6 +144,7 @@ class async_mapper {
   std::vector<failed_job> failed_;                             // failed map jobs, by ticket
   std::unordered_map<device_addr, std::uint64_t> failed_vas_;  // their addresses -> ticket
   bool stop_ = false;
+  std::atomic<bool> step_holds_driver_{false};  // Note [Driver hand-over]
   async_counters counters_;
   std::thread thread_;
 };

@@ -43,6 +43,7 @@ void manager::after_op() const {
 create_result manager::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
                               std::uint64_t max_tokens) {
   std::lock_guard lock(mutex_);
+  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   auto r = scheduler_.create(id, blocks, prompt_tokens, max_tokens);
   after_op();
   return r;
@@ -50,6 +51,7 @@ create_result manager::create(request_id id, std::span<const token_block> blocks
 
 extend_result manager::extend(request_id id, std::uint64_t tokens) {
   std::lock_guard lock(mutex_);
+  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   auto r = scheduler_.extend(id, tokens);
   after_op();
   return r;
@@ -57,6 +59,7 @@ extend_result manager::extend(request_id id, std::uint64_t tokens) {
 
 create_result manager::fork(request_id parent, request_id child) {
   std::lock_guard lock(mutex_);
+  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   auto r = scheduler_.fork(parent, child);
   after_op();
   return r;
@@ -64,6 +67,7 @@ create_result manager::fork(request_id parent, request_id child) {
 
 op_effects manager::finish(request_id id, std::span<const token_block> extra_blocks) {
   std::lock_guard lock(mutex_);
+  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.finish(id, extra_blocks);
   after_op();
   return fx;
@@ -71,6 +75,7 @@ op_effects manager::finish(request_id id, std::span<const token_block> extra_blo
 
 op_effects manager::preempt(request_id id) {
   std::lock_guard lock(mutex_);
+  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.preempt(id);
   after_op();
   return fx;
@@ -126,11 +131,13 @@ manager_stats manager::stats() const {
 
 std::size_t manager::trim() {
   std::lock_guard lock(mutex_);
+  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   return scheduler_.trim();
 }
 
 void manager::shutdown() {
   std::lock_guard lock(mutex_);
+  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   scheduler_.shutdown();
 }
 

@@ -95,6 +95,23 @@ class operations {
   void wait(std::uint64_t ticket, bool step_wait);
   /// Waits for all deferred work.
   void drain() const;
+  /// The step thread holds the driver while it lives (Note [Driver hand-over] in
+  /// async_mapper.cpp): the worker starts no driver call until it ends, except while the step
+  /// thread waits for a worker job. Does nothing without the worker.
+  class [[nodiscard]] driver_scope {
+   public:
+    explicit driver_scope(const operations& ops) noexcept : mapper_(ops.mapper_.get()) {
+      if (mapper_) mapper_->hold_driver();
+    }
+    ~driver_scope() {
+      if (mapper_) mapper_->release_driver();
+    }
+    driver_scope(const driver_scope&) = delete;
+    driver_scope& operator=(const driver_scope&) = delete;
+
+   private:
+    async_mapper* mapper_;
+  };
   /// Waits for all deferred work, adopts the chunks the worker created into the free pool and
   /// retries the map jobs that failed on the worker.
   void settle() {

@@ -59,15 +59,17 @@
 /// Note [Driver contention]
 /// The driver serialises VMM calls, and so does the core: every call, from either thread, holds
 /// the backend lock, and the worker takes it for one call at a time (core/async_mapper.cpp), not
-/// for a whole job. A step-thread call made while the worker is busy (by the model's clock: the
-/// worker clock is past the step thread's) waits behind the worker's call in flight: each new
-/// step-thread call of a booking (book_step_calls()) adds one worker call (a map + set-access of
-/// one chunk) to the step, at most until the worker is free; and the worker's later calls wait
-/// behind the step thread's, so its clock moves on by their price. In the built-in H200 latency
-/// model a map + set-access costs about 46 us, so a step-thread call waits that long at most (one
-/// worker call, not the worker's queue). The figures: `contended_bookings` and `contention_us` in
-/// the summary's vmm_model. A std::mutex is not fair: on the GPU the step thread may wait for
-/// more than one worker call; the H200 check compares the two.
+/// for a whole job; the step thread takes the driver for a whole manager operation (Note [Driver
+/// hand-over] in core/async_mapper.cpp: the worker starts no call while the step thread holds it).
+/// So a step-thread operation that makes VMM calls while the worker is busy (by the model's
+/// clock: the worker clock is past the step thread's) waits for the rest of the worker's call in
+/// flight, once, and the worker's later calls wait behind the whole operation, so its clock moves
+/// on by the operation's price (book_step_calls()). The rest of a call in flight is booked as half
+/// a worker call (a map + set-access of one chunk, about 46 us in the built-in H200 latency model):
+/// an assumption, the mean when the operation arrives at a uniformly random point of the call,
+/// capped by the time the worker has left. The figures: `contended_bookings` and `contention_us`
+/// in the summary's vmm_model, beside the measured `driver_lock_waits` (checked on the H200:
+/// results/gpu/).
 
 #include <array>
 #include <cstdint>

@@ -4,15 +4,22 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <semaphore>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "backends/backend_adaptor.hpp"
 #include "backends/fault_injection_backend.hpp"
 #include "backends/sim_backend.hpp"
+#include "core/async_mapper.hpp"
 #include "core/manager.hpp"
 #include "tests/support/recording_backend.hpp"
 
@@ -43,6 +50,12 @@ class sided final : public backend_adaptor {
     std::lock_guard lock(mutex_);
     return std::exchange(log_, {});
   }
+  /// The worker's next map blocks inside the driver call (holding the backend lock) until
+  /// release_worker(); worker_held() returns once it is there. The worker's maps after it take
+  /// 2 ms each, so that a lock handed over unfairly would go back to the worker.
+  void hold_next_worker_map() { hold_map_ = true; }
+  void worker_held() { held_.acquire(); }
+  void release_worker() { release_.release(); }
 
  private:
   explicit sided(std::unique_ptr<recording_backend> r) : backend_adaptor(std::move(r)) {
@@ -72,7 +85,16 @@ class sided final : public backend_adaptor {
     tagged(vmm_call::release, [&] { inner().release_chunk(h); });
   }
   void do_map(device_addr va, chunk_handle h) override {
-    tagged(vmm_call::map, [&] { inner().map(va, h); });
+    tagged(vmm_call::map, [&] {
+      if (std::this_thread::get_id() != step_ && hold_map_.exchange(false)) {
+        held_.release();
+        release_.acquire();
+        slow_ = true;
+      } else if (slow_ && std::this_thread::get_id() != step_) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a driver call that takes time
+      }
+      inner().map(va, h);
+    });
   }
   void do_set_access(device_addr va, std::uint64_t b) override {
     tagged(vmm_call::set_access, [&] { inner().set_access(va, b); });
@@ -82,6 +104,10 @@ class sided final : public backend_adaptor {
   }
 
   recording_backend* rec_ = nullptr;
+  std::atomic<bool> hold_map_{false};
+  std::atomic<bool> slow_{false};  // worker maps after the held one take 2 ms
+  std::binary_semaphore held_{0};
+  std::binary_semaphore release_{0};
   std::thread::id step_ = std::this_thread::get_id();
   std::mutex mutex_;
   calls log_;
@@ -129,6 +155,71 @@ TEST_CASE("pipeline: admissions map on the worker, the next extend waits first, 
   m.settle();
   CHECK(m.trim() == 4);
   m.check_invariants();
+}
+
+// Note [Driver hand-over] in core/async_mapper.cpp: a step-thread operation waits for the worker's
+// call in flight, then holds the driver until it returns; the worker's next call waits for it.
+TEST_CASE("pipeline: a step-thread operation waits for the worker's call in flight, then holds the driver") {
+  sided b;
+  manager m(b, pipeline_config());
+  b.hold_next_worker_map();
+  REQUIRE(m.create(request_id{1}, {}, 16000).ok());  // 2 pages a tensor: 4 maps on the worker
+  b.worker_held();                                   // the worker is inside its first map
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the step thread block on the lock
+    b.release_worker();
+  });
+  REQUIRE(m.create(request_id{2}, {}, 100).ok());  // its calls wait for that map, then run together
+  releaser.join();
+  m.settle();
+  const calls log = b.take();
+  // The step thread's calls of the second create come in one run, after the map that was in flight.
+  std::vector<std::size_t> second;  // positions of the step-thread calls after the first worker call
+  bool worker_seen = false;
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    if (log[i].starts_with("W ")) worker_seen = true;
+    if (worker_seen && log[i].starts_with("S ")) second.push_back(i);
+  }
+  INFO(fmt::format("{}", fmt::join(log, " | ")));
+  // The first create: 4 chunks and the range on the step thread, then the worker's first call,
+  // a map and its set-access as one (map_with_access), was in flight.
+  REQUIRE(log.size() > 7);
+  CHECK(log[5] == "W map r0+0 c1");
+  CHECK(log[6] == "W set_access r0+0 2MiB");
+  REQUIRE(!second.empty());
+  CHECK(second.front() == 7);  // right after the call in flight, before the worker's next map
+  CHECK(second.back() - second.front() + 1 == second.size());  // contiguous
+  CHECK(m.stats().driver_lock_waits <= 1);                     // one wait at most, for the call in flight
+  m.check_invariants();
+}
+
+TEST_CASE("async mapper: while the step thread holds the driver the worker starts no call, and a wait lets go") {
+  sided b;
+  std::mutex backend_lock;
+  const device_addr va = b.reserve(4ull << 20);
+  const chunk_handle c1 = *b.create_chunk();
+  const chunk_handle c2 = *b.create_chunk();
+  (void)b.take();
+  async_mapper w(b, backend_lock);
+  w.hold_driver();
+  const std::uint64_t t1 = w.submit(mapping_job{{{va, c1}}, 0, {}, {}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // time for the worker to run, were it allowed
+  CHECK(!w.done(t1));
+  CHECK(b.take().empty());
+  // A wait for the job lets go of the driver while it blocks (no deadlock) and takes it back.
+  w.wait(t1, true);
+  CHECK(b.take() == calls{"W map r0+0 c1", "W set_access r0+0 2MiB"});
+  const std::uint64_t t2 = w.submit(mapping_job{{{va + (2ull << 20), c2}}, 0, {}, {}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(!w.done(t2));  // held again after the wait
+  w.release_driver();
+  w.wait(t2, false);
+  CHECK(b.take() == calls{"W map r0+2MiB c2", "W set_access r0+2MiB 2MiB"});
+  w.drain();
+  b.unmap(va, 4ull << 20);
+  b.release_chunk(c1);
+  b.release_chunk(c2);
+  b.free_range(va);
 }
 
 TEST_CASE("pipeline: with chunked prefill the first chunk's pages go in a first job, the rest after") {
