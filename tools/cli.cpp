@@ -1,5 +1,6 @@
 #include "tools/cli.hpp"
 
+#include "backends/latency_model.hpp"
 #include "backends/units.hpp"
 #include "sim/replay.hpp"
 #include "traces/trace_error.hpp"
@@ -81,6 +82,8 @@ int guarded_run(std::string_view name, const cli_streams& io, const std::functio
   try {
     return body();
   } catch (const traces::trace_error& error) {
+    return report(error.what(), exit_usage);
+  } catch (const calibration_error& error) {  // a bad calibration file is bad input
     return report(error.what(), exit_usage);
   } catch (const usage_error& error) {
     return report(error.what(), exit_usage);

@@ -200,6 +200,10 @@ TEST_CASE("replay: bad options and bad input exit 2 and write nothing") {
   const fs::path json = temp_file("bad.json");
   fs::remove(json);
   const std::string t = golden_trace();
+  const fs::path bad_calibration = temp_file("bad_calibration.json");
+  {
+    std::ofstream(bad_calibration) << R"({"format": "vtensor-calibration"})";  // no version, no calls
+  }
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"replay", t, "--memory", "lots", "--json", json.string()},
            {"replay", t, "--memory", "12XB", "--json", json.string()},
@@ -218,6 +222,8 @@ TEST_CASE("replay: bad options and bad input exit 2 and write nothing") {
            {"replay", t, "--frobnicate"},
            {"replay", VTENSOR_SOURCE_DIR "/tests/data/traces/bad_json.jsonl", "--json", json.string()},
            {"replay", "/nonexistent/trace.jsonl", "--json", json.string()},
+           {"replay", t, "--calibration", bad_calibration.string(), "--json", json.string()},
+           {"replay", t, "--calibration", "/nonexistent/cal.json", "--json", json.string()},
        }) {
     const auto r = run(args);
     std::string words;
