@@ -4,7 +4,7 @@
 # vtensor_gpu_hog takes all but LEAVE of the free memory for HOLD seconds, then frees it. The
 # replay must go on (evicting, preempting or rejecting with a clear message), never crash, and
 # the driver's used memory must come back to where it started. Every output lands in OUT_DIR.
-# Usage: tools/gpu-pressure.sh BIN_DIR OUT_DIR [POLICY] [AFTER] [HOLD] [LEAVE]
+# Usage: tools/gpu-pressure.sh BIN_DIR OUT_DIR [POLICY] [AFTER] [HOLD] [LEAVE] [CAP]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "$1")
@@ -13,12 +13,13 @@ policy=${3:-vtensor}
 after=${4:-15}
 hold=${5:-25}
 leave=${6:-6GiB}
+cap=${7:-130GiB}
 mkdir -p "$out"
 trace=traces/data/mooncake_conversation_excerpt.jsonl
 
 "$bin/vtensor_gpu_hog" --report >"$out/$policy-before.json" || exit 1
-# 40 GiB cap: far above the few GiB the hog leaves, so the driver, not the cap, runs out.
-"$bin/vtensor" replay --trace "$trace" --policy "$policy" --backend cuda --memory 40GiB --max-requests 300 \
+# The cap (130 GiB) is far above what the hog leaves free, so the driver, not the cap, runs out.
+"$bin/vtensor" replay --trace "$trace" --policy "$policy" --backend cuda --memory "$cap" --max-requests 300 \
   --step-time-scale 0.1 --json "$out/$policy-replay.json" >"$out/$policy-replay.txt" 2>&1 &
 replay=$!
 "$bin/vtensor_gpu_hog" --after "$after" --hold "$hold" --leave "$leave" >"$out/$policy-hog.txt" 2>&1
@@ -31,7 +32,7 @@ sleep 1
   echo "policy $policy: replay exit $replay_rc, hog exit $hog_rc"
   echo "before: $(cat "$out/$policy-before.json")"
   echo "after:  $(cat "$out/$policy-after.json")"
-  grep -E "^requests|^memory:|preemptions|evictions" "$out/$policy-replay.txt" | head -4
+  grep -E "^requests|^memory:|evictions|^simulated" "$out/$policy-replay.txt" | head -4
 } | tee "$out/$policy-summary.txt"
 before=$(sed 's/.*"used_bytes": \([0-9]*\).*/\1/' "$out/$policy-before.json")
 after_used=$(sed 's/.*"used_bytes": \([0-9]*\).*/\1/' "$out/$policy-after.json")
