@@ -441,11 +441,23 @@ def tokens_formatter():
                          else f"{v:g}")
 
 
+def panel_layout(c):
+    """(ncols, nrows, {cell id: (row, col)}): a row per value of the axes other than memory when
+    every such group has the same few memory budgets, else the cells three to a row."""
+    groups = c.groups()
+    sizes = {len(cells) for _, cells in groups}
+    if len(groups) > 1 and len(sizes) == 1 and max(sizes) <= 6:
+        where = {cell["id"]: (gi, mi) for gi, (_, cells) in enumerate(groups) for mi, cell in enumerate(cells)}
+        return max(sizes), len(groups), where
+    ncols, nrows = grid(len(c.cells))
+    return ncols, nrows, {cell["id"]: (i // ncols, i % ncols) for i, cell in enumerate(c.cells)}
+
+
 def fig_misses_by_cause(c, fw, colors):
     """Per cell two panels: every cause, and every cause but cold (what a policy could have hit)."""
     cause_colors = {"cold": "#7f7f7f", "evicted": "#d62728", "granularity": "#ff7f0e", "preempted": "#9467bd",
                     "in_flight": "#17becf", "unpublished": "#bcbd22"}
-    ncols, nrows = grid(len(c.cells))
+    ncols, nrows, where = panel_layout(c)
     fig, axes = fw.plt.subplots(2 * nrows, ncols, figsize=(max(3.2, 0.8 * len(c.arms) + 1.2) * ncols + 1.6,
                                                            5.6 * nrows), squeeze=False)
     data = {"points": [], "arms": [], "cells": [], "causes": {k: [] for k in CAUSES}, "total": []}
@@ -462,7 +474,7 @@ def fig_misses_by_cause(c, fw, colors):
                 data["causes"][k].append(v if finite(v) else 0)
             data["total"].append(misses.get("total") if finite(misses.get("total")) else None)
         for row, causes in ((0, CAUSES), (1, CAUSES[1:])):
-            ax = axes[2 * (ci // ncols) + row][ci % ncols]
+            ax = axes[2 * where[cell["id"]][0] + row][where[cell["id"]][1]]
             bottom = [0.0] * len(pts)
             for k in causes:
                 vals = data["causes"][k][first:]
@@ -473,14 +485,17 @@ def fig_misses_by_cause(c, fw, colors):
             ax.set_xticks(range(len(pts)), [a for a, _ in pts], rotation=30, ha="right", fontsize=7)
             ax.set_title(c.cell_label(cell) + (": every cause" if row == 0 else ": all but cold"), loc="left",
                          fontsize=8)
-            if ci % ncols == 0:
+            if where[cell["id"]][1] == 0:
                 ax.set_ylabel("missed prompt tokens")
-    for ci in range(len(c.cells), nrows * ncols):
-        for row in (0, 1):
-            axes[2 * (ci // ncols) + row][ci % ncols].set_visible(False)
+    used = set(where.values())
+    for r in range(nrows):
+        for col in range(ncols):
+            if (r, col) not in used:
+                axes[2 * r][col].set_visible(False)
+                axes[2 * r + 1][col].set_visible(False)
     axes[0][ncols - 1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), title="cause")
     fig.suptitle("Why prompt tokens missed the cache, per point", x=0.02, ha="left")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (5.6 * nrows)))
     fw.save("misses_by_cause", fig, data)
 
 
