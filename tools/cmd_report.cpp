@@ -1,6 +1,8 @@
 #include "tools/cli.hpp"
 #include "tools/report_render.hpp"
 
+#include <ostream>
+
 namespace vtensor::tools {
 namespace po = boost::program_options;
 
@@ -33,7 +35,9 @@ int cmd_report(std::span<const std::string> args, const cli_streams& io) {
     return exit_success;
   });
   if (parsed != exit_success || !dir) return parsed;
-  return render_report(*dir, io, options);
+  const int code = render_report(*dir, io, options);
+  if (code == exit_success) io.out << "report: " << (*dir / "report.html").string() << '\n';
+  return code;
 }
 
 }  // namespace vtensor::tools

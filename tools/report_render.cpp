@@ -241,7 +241,6 @@ int render_report(const fs::path& dir, const cli_streams& io, const report_optio
       return fail(exit_failure, fmt::format("{} {} failed (exit status {}); {} is unchanged", python, script.string(),
                                             run.exit_code, dir.string()));
     }
-    io.out << fmt::format("report: {}\n", (dir / "report.html").string());
     return exit_success;
   } catch (const std::exception& error) {
     return fail(exit_failure, error.what());

@@ -53,8 +53,9 @@ struct report_environment {
 /// Renders DIR/report.html and DIR/figures/ from DIR (a `vtensor compare --out` folder). Returns
 /// exit_usage when DIR/summary.json is missing or not a vtensor-compare version 1 file, when
 /// `options.cell` names no cell, or when the script finds DIR's content bad; exit_failure when no
-/// script, no Python with matplotlib, or the script fails; exit_success otherwise. Messages go to
-/// io.err prefixed "vtensor report: ", the path of the report to io.out. Does not throw.
+/// script, no Python with matplotlib, or the script fails; exit_success otherwise. Messages (and
+/// what the script prints) go to io.err prefixed "vtensor report: "; nothing goes to io.out, so a
+/// caller rendering into a temporary folder names the final path itself. Does not throw.
 [[nodiscard]] int render_report(const std::filesystem::path& dir, const cli_streams& io,
                                 const report_options& options = {});
 

@@ -145,7 +145,7 @@ std::map<std::string, double> first_row(const fs::path& csv) {
 }  // namespace
 
 TEST_SUITE("report") {
-  TEST_CASE("report: the fixture renders every figure as PNG and SVG with its data, and the HTML") {
+  TEST_CASE("report: the fixture renders every figure as PNG and SVG with its data - and the HTML") {
     const scratch_dir s("render");
     REQUIRE(render(s.dir) == exit_success);
     const json summary = read_json(s.dir / "summary.json");
@@ -278,7 +278,7 @@ TEST_SUITE("report") {
       CHECK(entry.path().filename().string().rfind(".report-", 0) != 0);
   }
 
-  TEST_CASE("report: rendering again gives byte-identical files, and --cell moves the one-cell figures") {
+  TEST_CASE("report: rendering again gives byte-identical files - and --cell moves the one-cell figures") {
     const scratch_dir s("again");
     REQUIRE(render(s.dir) == exit_success);
     std::map<std::string, std::string> first;
@@ -291,9 +291,11 @@ TEST_SUITE("report") {
       CHECK(slurp(s.dir / name) == bytes);
     }
 
-    report_options at32;
-    at32.cell = k_cell32;
-    REQUIRE(render(s.dir, at32) == exit_success);
+    // The command, with --cell: prints where the report is.
+    const auto r = vtensor::testing::run_cli({"report", s.dir.string(), "--cell", k_cell32});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.code == exit_success);
+    CHECK(r.out == "report: " + (s.dir / "report.html").string() + "\n");
     CHECK(read_json(s.dir / "figures" / "memory_over_time.json").at("cell") == k_cell32);
     CHECK(read_json(s.dir / "figures" / "ttft_cdf.json").at("cell") == k_cell32);
   }
@@ -366,7 +368,7 @@ TEST_SUITE("report") {
       CHECK(entry.path().filename().string().rfind(".report-", 0) != 0);
   }
 
-  TEST_CASE("report: no Python with matplotlib, or no script, exits 1 and writes nothing") {
+  TEST_CASE("report: no Python with matplotlib or no script exits 1 and writes nothing") {
     const scratch_dir s("env");
     report_environment env = default_report_environment();
     SUBCASE("no interpreter") {
@@ -400,7 +402,7 @@ TEST_SUITE("report") {
     CHECK_FALSE(fs::exists(s.dir / "figures"));
   }
 
-  TEST_CASE("report: the script is looked for in the installed share/ first, then the source trees, then the cwd") {
+  TEST_CASE("report: the script is looked for in the installed share/ first - then the source trees - then the cwd") {
     const auto paths = report_script_paths("/p/bin", "/src", "/cwd");
     REQUIRE(paths.size() == 4);
     CHECK(paths[0] == fs::path("/p/share/vtensor/compare_report.py"));
