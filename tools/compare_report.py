@@ -193,8 +193,16 @@ class Comparison:
 
     def cell_label(self, cell, axes=None):
         axes = self.varying if axes is None else axes
-        parts = [f"{axis_label(a)} {axis_value(cell, a)}" for a in axes]
+        parts = [f"{axis_label(a)} {self.axis_value(cell, a)}" for a in axes]
         return ", ".join(parts) if parts else "the only cell"
+
+    def axis_value(self, cell, axis):
+        v = cell.get(axis)
+        if axis == "trace":  # the trace's file name, not its index
+            for t in self.summary.get("traces") or []:
+                if isinstance(t, dict) and t.get("index") == v and isinstance(t.get("path"), str):
+                    return os.path.basename(t["path"])
+        return "?" if v is None else str(v)
 
     def group_axes(self):
         return [a for a in self.varying if a != "memory"]
@@ -218,9 +226,6 @@ def axis_label(axis):
     return {"memory": "memory", "time_scale": "time scale", "kernel_factors": "kernels", "trace": "trace"}[axis]
 
 
-def axis_value(cell, axis):
-    v = cell.get(axis)
-    return "?" if v is None else str(v)
 
 
 def is_unlimited(cell):
