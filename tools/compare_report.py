@@ -659,6 +659,11 @@ def ratio(v, ref):
     return v / ref
 
 
+def ratio_text(r):
+    """"0.912x"; more digits when three would show a difference as 1.000x."""
+    return f"{r:.3f}x" if r == 1 or round(r, 3) != 1 else f"{r:.6f}x"
+
+
 def best_arms(values, higher):
     """The arms with the best value (all of them on a tie); none when fewer than two have a value."""
     known = {a: v for a, v in values.items() if v is not None}
@@ -669,7 +674,9 @@ def best_arms(values, higher):
 
 
 def cell_verdicts(c, cell):
-    """Per non-baseline arm: the metrics where it is worse and where better than the baseline."""
+    """Per non-baseline arm: (worse, better), the metrics where it is worse and where better than the
+    baseline, each as (metric name, "name (ratio)"). Any difference counts: the replays are
+    deterministic, so a difference is not noise."""
     base = c.point(c.baseline, cell)
     out = {}
     for arm, p in c.cell_points(cell):
@@ -681,11 +688,12 @@ def cell_verdicts(c, cell):
             if v is None or ref is None or v == ref:
                 continue
             r = ratio(v, ref)
-            text = f"{label.split(' (')[0]} ({r:.2f}x)" if r is not None else label.split(" (")[0]
+            short = label.split(" (")[0]
+            text = f"{short} ({ratio_text(r)})" if r is not None else f"{short} ({v:g} against 0)"
             if (v > ref) == higher:
-                better.append(text)
+                better.append((short, text))
             else:
-                worse.append(text)
+                worse.append((short, text))
         out[arm] = (worse, better)
     return out
 
@@ -775,14 +783,21 @@ def render_html(c, figures):
         if arm == c.baseline:
             line += " The baseline."
         else:
-            losses = []
+            cells_lost, by_metric = 0, {}
+            compared = 0
             for cell in c.cells:
                 v = cell_verdicts(c, cell).get(arm)
-                if v and v[0]:
-                    losses.append(f"at {c.cell_label(cell)} on {', '.join(v[0])}")
-            if losses:
-                line += (f" <span class=\"loses\">Loses to the baseline {esc(c.baseline)} "
-                         f"{esc('; '.join(losses))}.</span>")
+                if v is None:
+                    continue
+                compared += 1
+                cells_lost += 1 if v[0] else 0
+                for short, _ in v[0]:
+                    by_metric[short] = by_metric.get(short, 0) + 1
+            if cells_lost:
+                order = [label.split(" (")[0] for _, label, _, _, _ in METRICS]
+                detail = ", ".join(f"{m} in {by_metric[m]}" for m in order if m in by_metric)
+                line += (f" <span class=\"loses\">Loses to the baseline {esc(c.baseline)} in {cells_lost} of "
+                         f"{compared} cells: on {esc(detail)} (ratios per cell below).</span>")
             else:
                 line += f" Never worse than the baseline {esc(c.baseline)} on the metrics of the tables."
         add(f"<li>{line}</li>\n")
@@ -842,13 +857,14 @@ def render_html(c, figures):
         if verdicts:
             add("<ul>\n")
             for arm, (worse, better) in verdicts.items():
+                worse_text = ", ".join(t for _, t in worse)
+                better_text = ", ".join(t for _, t in better)
                 if worse:
                     add(f"<li class=\"loses\">{esc(arm)} loses to the baseline {esc(c.baseline)} on "
-                        f"{esc(', '.join(worse))}" + (f"; better on {esc(', '.join(better))}" if better else "") +
-                        ".</li>\n")
+                        f"{esc(worse_text)}" + (f"; better on {esc(better_text)}" if better else "") + ".</li>\n")
                 else:
                     add(f"<li>{esc(arm)} is at least as good as the baseline {esc(c.baseline)} on every metric "
-                        "of the table" + (f" (better on {esc(', '.join(better))})" if better else "") + ".</li>\n")
+                        "of the table" + (f" (better on {esc(better_text)})" if better else "") + ".</li>\n")
             add("</ul>\n")
         # Why tokens missed.
         add("<table>\n<tr><th class=\"l\">arm: missed prompt tokens</th>" +
