@@ -13,7 +13,9 @@ A comparison multiplies arms by axes (memory budgets, time scales, kernel-factor
 a figure either spans every cell or shows one. The defaults:
   - hit_rate_vs_memory: every cell. Memory is the x axis; one panel per value of the other axes
     (time scale, kernel factors, trace), each with one line per arm and the two bounds.
-  - misses_by_cause: every point, one panel per cell, one stacked bar per arm.
+  - misses_by_cause: every point, one stacked bar per arm in two panels per cell (every cause, and
+    every cause but cold, which no policy can avoid); a row of cells per value of the other axes
+    when each has the same few memory budgets, else three cells to a row.
   - throughput_preemptions: every point, grouped bars (one group per cell, one bar per arm).
   - memory_over_time, memory_breakdown, ttft_cdf, tpot_cdf, reuse_distance, cached_lifetime:
     one cell, the focus cell: the first cell of summary.json (the first value of every axis, as
@@ -944,6 +946,10 @@ def main(argv):
             shutil.rmtree(tmp, ignore_errors=True)
     except InputError as e:
         print(f"compare_report: {e}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        print(f"compare_report: {directory}/summary.json: unexpected content ({type(e).__name__}: {e}); the "
+              "format is docs/compare-output.md", file=sys.stderr)
         return 2
     except ImportError as e:
         print(f"compare_report: {e} (install Debian's python3-matplotlib: tools/install-deps.sh)", file=sys.stderr)
