@@ -220,11 +220,13 @@ int render_report(const fs::path& dir, const cli_streams& io, const report_optio
                                             fmt::join(reasons, "; ")));
     }
 
-    std::vector<std::string> argv{python, script.string(), dir.string(), "--quiet"};
+    std::vector<std::string> argv{python, script.string(), "--quiet"};
     if (options.cell) {
       argv.emplace_back("--cell");
       argv.push_back(*options.cell);
     }
+    argv.emplace_back("--");  // DIR may start with '-'
+    argv.push_back(dir.string());
     const process_result run = run_process(argv);
     io.err << run.output;
     if (!run.started) return fail(exit_failure, fmt::format("cannot start {}: {}", python, run.error));
