@@ -1,4 +1,5 @@
 #include "tools/cli.hpp"
+#include "tools/report_render.hpp"
 
 #include "backends/latency_model.hpp"
 #include "backends/units.hpp"
@@ -23,6 +24,7 @@ constexpr std::array subcommand_table{
     subcommand{"replay", "replay a trace through the serving simulator over a KV policy", &cmd_replay},
     subcommand{"validate-gpu", "check the manager on a GPU with CUDA kernels (cuda backend)", &cmd_validate_gpu},
     subcommand{"calibrate", "measure VMM call costs on a GPU and write the sim's calibration file", &cmd_calibrate},
+    subcommand{"report", "render a finished comparison's report: report.html and figures (matplotlib)", &cmd_report},
 };
 
 void print_overview(std::ostream& out) {

@@ -12,6 +12,7 @@ packages=(
   libfmt-dev                       # formatting of reports and messages
   doctest-dev                      # unit, scenario and conformance tests
   libbenchmark-dev                 # vtensor_bench
+  python3-matplotlib               # `vtensor report` / `compare --report`: the figures (tools/compare_report.py)
 )
 
 # `--fuzz`: also what tools/fuzz.sh needs (clang with libFuzzer and the sanitizer runtimes).
