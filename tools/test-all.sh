@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (`.ci/run` runs exactly this; README, "The two commands"):
+#   1. installs what is missing from Debian's archive (tools/install-deps.sh --fuzz: the fuzzers
+#      need clang-14 and its sanitizer runtimes);
+#   2. the release build (build/) and its suite: every doctest TEST_CASE is a CTest entry;
+#   3. AddressSanitizer + UBSan (preset `asan`, build-asan/, expensive invariant checks on): the
+#      whole suite, any sanitizer report failing its test (halt_on_error, leaks checked at exit);
+#   4. ThreadSanitizer (preset `tsan`, build-tsan/): the tests of the mapping worker and the
+#      pipeline, and of concurrent manager callers (the code with two threads);
+#   5. every libFuzzer harness for FUZZ_SECONDS (default 30) each (tools/fuzz.sh).
+# Stages after the first failure do not run; the exit code is the failing stage's. Set
+# VTENSOR_TEST_STAGES to a subset of "release asan tsan fuzz" to run fewer (default: all).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stages=${VTENSOR_TEST_STAGES:-release asan tsan fuzz}
+fuzz_seconds=${FUZZ_SECONDS:-30}
+has() { [[ " $stages " == *" $1 "* ]]; }
+stamp() { echo "== test-all: $1 ($(date -u +%H:%M:%S))"; }
+
+./tools/install-deps.sh --fuzz
+
+if has release; then
+  stamp "release build and suite"
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build
+  ctest --test-dir build --output-on-failure -j2
+fi
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+if has asan; then
+  stamp "AddressSanitizer + UBSan suite"
+  cmake --preset asan -DVTENSOR_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-asan --target vtensor_tests
+  ctest --test-dir build-asan --output-on-failure -j2 --timeout 1800
+fi
+
+if has tsan; then
+  stamp "ThreadSanitizer: the worker, the pipeline, concurrent callers"
+  cmake --preset tsan >/dev/null
+  cmake --build build-tsan --target vtensor_tests
+  ctest --test-dir build-tsan --output-on-failure -j2 --timeout 1800 \
+    -R 'async|pipeline|worker|concurrent|lookahead|vtensor policy|random steps'
+fi
+
+if has fuzz; then
+  stamp "fuzzers, ${fuzz_seconds} s each"
+  ./tools/fuzz.sh "$fuzz_seconds"
+fi
+stamp "all stages passed: $stages"
