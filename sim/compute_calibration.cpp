@@ -49,7 +49,8 @@ class reader {
   }
   const nlohmann::json& array(const nlohmann::json& obj, const std::string& where, const char* key) const {
     const nlohmann::json& v = require(obj, where, key);
-    if (!v.is_array() || v.empty()) fail(join(where, key), fmt::format("expected a non-empty array, got {}", describe(v)));
+    if (!v.is_array() || v.empty())
+      fail(join(where, key), fmt::format("expected a non-empty array, got {}", describe(v)));
     return v;
   }
   std::string string(const nlohmann::json& obj, const std::string& where, const char* key) const {
@@ -217,8 +218,8 @@ compute_calibration compute_calibration_from_json(const nlohmann::json& j, const
     p.flops = rd.positive(lin[i], where, "flops");
     p.bytes = rd.positive(lin[i], where, "bytes");
     if (!c.linear.empty() && p.tokens <= c.linear.back().tokens) {
-      rd.fail(where + ".tokens", fmt::format("{} does not follow {}: token counts must increase", p.tokens,
-                                             c.linear.back().tokens));
+      rd.fail(where + ".tokens",
+              fmt::format("{} does not follow {}: token counts must increase", p.tokens, c.linear.back().tokens));
     }
     c.linear.push_back(p);
   }
@@ -270,8 +271,7 @@ compute_calibration load_compute_calibration(const std::string& path) {
   return compute_calibration_from_json(j, path);
 }
 
-attention_factors calibrated_factors(attention_factors set, kv_access access,
-                                     const compute_calibration& calibration) {
+attention_factors calibrated_factors(attention_factors set, kv_access access, const compute_calibration& calibration) {
   if (access.paged) set.decode = calibration.paged_decode_factor(access.block_tokens);
   return set;
 }

@@ -68,24 +68,24 @@ struct linear_point {
 
 /// One measured decode-attention configuration (one layer).
 struct decode_point {
-  std::uint32_t batch = 0;                     ///< requests
-  std::uint32_t context = 0;                   ///< tokens each
-  double kv_bytes = 0;                         ///< K and V bytes read
-  double contiguous_s = 0;                     ///< median time, contiguous KV
-  std::map<std::uint32_t, double> paged_s;     ///< by block tokens: median time behind a block table
+  std::uint32_t batch = 0;                  ///< requests
+  std::uint32_t context = 0;                ///< tokens each
+  double kv_bytes = 0;                      ///< K and V bytes read
+  double contiguous_s = 0;                  ///< median time, contiguous KV
+  std::map<std::uint32_t, double> paged_s;  ///< by block tokens: median time behind a block table
 };
 
 /// A compute calibration (Note [Compute calibration file]).
 struct compute_calibration {
-  std::string device;                     ///< "NVIDIA H200"
-  std::string source;                     ///< how it was measured
-  std::string model;                      ///< model preset whose shapes were timed
-  std::uint32_t tp = 1;                   ///< its tensor-parallel degree
-  double copy_bandwidth = 0;              ///< device-to-device copy, bytes read + written per second
-  std::vector<linear_point> linear;       ///< by tokens, increasing
+  std::string device;                       ///< "NVIDIA H200"
+  std::string source;                       ///< how it was measured
+  std::string model;                        ///< model preset whose shapes were timed
+  std::uint32_t tp = 1;                     ///< its tensor-parallel degree
+  double copy_bandwidth = 0;                ///< device-to-device copy, bytes read + written per second
+  std::vector<linear_point> linear;         ///< by tokens, increasing
   std::vector<std::uint32_t> block_tokens;  ///< block sizes measured
-  std::vector<decode_point> decode;       ///< decode attention
-  std::string prefill_attention;          ///< why prefill attention is not measured
+  std::vector<decode_point> decode;         ///< decode attention
+  std::string prefill_attention;            ///< why prefill attention is not measured
 
   /// Measured FLOP rate of the linear layers at `tokens` (Note [Measured step cost]).
   [[nodiscard]] double linear_flop_rate(double tokens) const;

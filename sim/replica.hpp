@@ -104,7 +104,7 @@ struct replica_config {
   std::uint64_t max_context_tokens = 131072;  ///< prompt + output at most
   over_context_policy over_context = over_context_policy::reject;  ///< longer requests
   double step_overhead_s = k_default_step_overhead_s;              ///< fixed cost per step
-  attention_factors kernel_factors;        ///< the policy's attention kernel factors (Note [Kernel factors])
+  attention_factors kernel_factors;  ///< the policy's attention kernel factors (Note [Kernel factors])
   /// Measured kernel rates (Note [Measured step cost]); null: the roofline alone.
   std::shared_ptr<const compute_calibration> compute;
   time_us sample_interval_us = 1'000'000;  ///< state sample grid (0: none)

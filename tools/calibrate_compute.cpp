@@ -98,10 +98,10 @@ int calibrate_compute(const compute_options& opt, const cli_streams& io) {
   const std::uint32_t layers = preset->kv.layers;
 
   gpu_compute gpu(opt.device);
-  io.out << fmt::format("calibrate --compute: {} (device {}, cuBLAS {}), model {} tp {}: {} layers, {} query heads, "
-                        "{} KV heads per GPU\n",
-                        gpu.device_name(), opt.device, gpu.cublas_version(), opt.model, opt.tp, layers, q_heads,
-                        kv_heads);
+  io.out << fmt::format(
+      "calibrate --compute: {} (device {}, cuBLAS {}), model {} tp {}: {} layers, {} query heads, "
+      "{} KV heads per GPU\n",
+      gpu.device_name(), opt.device, gpu.cublas_version(), opt.model, opt.tp, layers, q_heads, kv_heads);
   sim::compute_calibration cal;
   cal.device = gpu.device_name();
   cal.model = opt.model;
@@ -137,9 +137,10 @@ int calibrate_compute(const compute_options& opt, const cli_streams& io) {
 
   // (b) Decode attention, one layer: contiguous and paged KV, same kernel.
   cal.block_tokens = opt.block_tokens;
-  io.out << fmt::format("\nDecode attention, one layer, median of {}: achieved K+V bandwidth (TB/s) and paged / "
-                        "contiguous time\n\n| batch | context | KV MiB | contiguous us | TB/s | % of copy |",
-                        opt.reps);
+  io.out << fmt::format(
+      "\nDecode attention, one layer, median of {}: achieved K+V bandwidth (TB/s) and paged / "
+      "contiguous time\n\n| batch | context | KV MiB | contiguous us | TB/s | % of copy |",
+      opt.reps);
   for (const auto b : opt.block_tokens) io.out << fmt::format(" paged {} us | ratio {} |", b, b);
   io.out << "\n| ---: | ---: | ---: | ---: | ---: | ---: |";
   for (std::size_t i = 0; i < opt.block_tokens.size(); ++i) io.out << " ---: | ---: |";

@@ -173,8 +173,8 @@ int cmd_calibrate(std::span<const std::string> args, const cli_streams& io) {
         "--compute: model whose shapes are timed (llama-3-8b, yi-6b, yi-34b, llama-3-70b)")(
         "tp", po::value<std::uint32_t>()->default_value(1), "--compute: tensor-parallel degree (shapes per GPU)")(
         "token-budget", po::value<std::uint32_t>()->default_value(8192),
-        "--compute: largest token count of the GEMM grid")(
-        "reps", po::value<int>()->default_value(20), "--compute: timed runs per size (their median is kept)");
+        "--compute: largest token count of the GEMM grid")("reps", po::value<int>()->default_value(20),
+                                                           "--compute: timed runs per size (their median is kept)");
     const po::positional_options_description positional;
     const auto values =
         parse_command_line(name, "[--device N] [--chunks N] [--out FILE] | --compute [--model M] [--tp N] [--out FILE]",

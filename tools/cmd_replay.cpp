@@ -111,7 +111,7 @@ po::options_description workload_options() {
       "compute-calibration", po::value<std::string>(),
       "measured step cost from `vtensor calibrate --compute` (docs/kernel-factors.md, Note [Measured step cost]); "
       "default: the roofline")("sample-ms", po::value<double>()->default_value(1000.0),
-                                                             "time-series sample interval, simulated ms");
+                               "time-series sample interval, simulated ms");
   return o;
 }
 

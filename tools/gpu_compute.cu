@@ -31,9 +31,9 @@ void check(cudaError_t e, const char* what) {
 using create_fn = cublasStatus_t (*)(cublasHandle_t*);
 using destroy_fn = cublasStatus_t (*)(cublasHandle_t);
 using version_fn = cublasStatus_t (*)(cublasHandle_t, int*);
-using gemm_ex_fn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                                      const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
-                                      const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+using gemm_ex_fn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                      const void*, cudaDataType, int, const void*, cudaDataType, int, const void*,
+                                      void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 
 struct cublas_api {
   void* lib = nullptr;
@@ -110,10 +110,10 @@ void fill(void* p, std::uint64_t elements, std::uint64_t seed, float scale) {
 // ---- decode attention (Note [Decode attention kernels]) --------------------------------------------
 
 constexpr int k_head_dim = 128;
-constexpr int k_partition = 256;          // tokens per thread block
-constexpr int k_threads = 128;            // 16 threads per token row (16 bytes each), 8 rows at once
-constexpr int k_rows = k_threads / 16;    // token rows per pass
-constexpr int k_unroll = 4;               // passes whose loads are in flight together
+constexpr int k_partition = 256;        // tokens per thread block
+constexpr int k_threads = 128;          // 16 threads per token row (16 bytes each), 8 rows at once
+constexpr int k_rows = k_threads / 16;  // token rows per pass
+constexpr int k_unroll = 4;             // passes whose loads are in flight together
 
 struct contiguous_slots {
   const long long* start;  // first slot of each request
@@ -261,7 +261,8 @@ __global__ void __launch_bounds__(k_threads)
     for (int rr = 0; rr < k_rows; ++rr) s += reduce[rr][g][d];
     acc_out[((head0 + g) * parts + part) * k_head_dim + d] = s;
   }
-  if (threadIdx.x < G) ml_out[(head0 + threadIdx.x) * parts + part] = make_float2(stat_m[threadIdx.x], stat_l[threadIdx.x]);
+  if (threadIdx.x < G)
+    ml_out[(head0 + threadIdx.x) * parts + part] = make_float2(stat_m[threadIdx.x], stat_l[threadIdx.x]);
 }
 
 // Merges the partitions of one (request, query head): one thread per element.
@@ -322,9 +323,9 @@ void launch_decode_g(const decode_buffers& b, std::uint32_t batch, std::uint32_t
   } else {
     int shift = 0;
     while ((1u << shift) < block_tokens) ++shift;
-    decode_partition<G><<<grid, k_threads>>>(
-        q, k, v, ctx, static_cast<int>(kv_heads), b.parts,
-        paged_slots{static_cast<const int*>(b.slots), b.blocks_per_request, shift}, acc, ml, scale);
+    decode_partition<G><<<grid, k_threads>>>(q, k, v, ctx, static_cast<int>(kv_heads), b.parts,
+                                             paged_slots{static_cast<const int*>(b.slots), b.blocks_per_request, shift},
+                                             acc, ml, scale);
   }
   check(cudaGetLastError(), "decode attention launch");
   decode_merge<<<dim3(kv_heads * G, batch), k_head_dim>>>(acc, ml, b.parts, static_cast<__nv_bfloat16*>(b.out));
@@ -422,9 +423,7 @@ struct gpu_compute::impl {
   cudaEvent_t stop = nullptr;
   int flushes = 0;
 
-  void flush_l2() {
-    check(cudaMemsetAsync(flush, ++flushes & 0xff, k_flush_bytes), "cudaMemsetAsync (L2 flush)");
-  }
+  void flush_l2() { check(cudaMemsetAsync(flush, ++flushes & 0xff, k_flush_bytes), "cudaMemsetAsync (L2 flush)"); }
   // Median seconds of `op` over `reps`, each after an L2 flush, after k_warmup untimed runs.
   template <class F>
   double time(int reps, F&& op) {
@@ -653,7 +652,8 @@ decode_check_result gpu_compute::check_decode(const std::vector<std::uint32_t>& 
       for (double& x : s) l += (x = std::exp(x - m));
       for (int d = 0; d < k_head_dim; ++d) {
         double o = 0;
-        for (std::uint32_t t = 0; t < contexts[r]; ++t) o += s[t] * bf16_to_double(v[(start + t) * row + h * k_head_dim + d]);
+        for (std::uint32_t t = 0; t < contexts[r]; ++t)
+          o += s[t] * bf16_to_double(v[(start + t) * row + h * k_head_dim + d]);
         o /= l;
         const double gc = bf16_to_double(oc[qo + d]);
         const double gp = bf16_to_double(op[qo + d]);

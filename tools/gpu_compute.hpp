@@ -29,18 +29,18 @@ namespace vtensor::tools {
 
 /// One weight matrix of a linear layer: `out` x `in`, run on `tokens` activations.
 struct gemm_shape {
-  std::string name;      ///< "qkv", "o", "gate_up", "down", "lm_head"
+  std::string name;       ///< "qkv", "o", "gate_up", "down", "lm_head"
   std::uint32_t out = 0;  ///< output features (on this GPU)
   std::uint32_t in = 0;   ///< input features (on this GPU)
 };
 
 /// A decode-attention configuration (Note [Decode attention kernels]).
 struct decode_shape {
-  std::uint32_t batch = 1;                ///< requests
-  std::uint32_t context = 1;              ///< KV tokens each request reads
-  std::uint32_t q_heads = 32;             ///< query heads (this GPU)
-  std::uint32_t kv_heads = 8;             ///< KV heads (this GPU); q_heads / kv_heads at most 8
-  std::uint32_t block_tokens = 0;         ///< 0: contiguous; else a power of two (paged)
+  std::uint32_t batch = 1;         ///< requests
+  std::uint32_t context = 1;       ///< KV tokens each request reads
+  std::uint32_t q_heads = 32;      ///< query heads (this GPU)
+  std::uint32_t kv_heads = 8;      ///< KV heads (this GPU); q_heads / kv_heads at most 8
+  std::uint32_t block_tokens = 0;  ///< 0: contiguous; else a power of two (paged)
 };
 
 /// What check_decode found.

@@ -88,7 +88,7 @@ TEST_CASE("compute calibration: bad files are refused naming the key") {
   struct bad {
     const char* pointer;  // JSON pointer to change
     nlohmann::json value;
-    const char* key;      // expected in the message
+    const char* key;  // expected in the message
   };
   const bad cases[] = {
       {"/format", "vtensor-calibration", "key 'format'"},

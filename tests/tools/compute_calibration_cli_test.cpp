@@ -45,12 +45,11 @@ TEST_CASE("calibrate --compute: the token grid runs from 1 to the budget, increa
 }
 
 TEST_CASE("calibrate --compute: bad options exit 2 before touching a GPU") {
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"calibrate", "--compute", "--model", "gpt-2"},
-           {"calibrate", "--compute", "--tp", "3"},
-           {"calibrate", "--compute", "--token-budget", "0"},
-           {"calibrate", "--compute", "--reps", "0"},
-           {"calibrate", "--compute", "--out", ""}}) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"calibrate", "--compute", "--model", "gpt-2"},
+                                                                {"calibrate", "--compute", "--tp", "3"},
+                                                                {"calibrate", "--compute", "--token-budget", "0"},
+                                                                {"calibrate", "--compute", "--reps", "0"},
+                                                                {"calibrate", "--compute", "--out", ""}}) {
     INFO(args[2]);
     const auto r = run_cli(args);
     CHECK(r.code == 2);
@@ -73,7 +72,8 @@ TEST_CASE("replay --compute-calibration: a bad file exits 2 naming the key, a go
     std::ofstream out(path);
     out << doc.dump();
   };
-  const std::vector<std::string> base{"replay", "--max-requests", "30", "--no-wall", "--json", "-", "--policy", "paged"};
+  const std::vector<std::string> base{"replay", "--max-requests", "30",   "--no-wall", "--json",
+                                      "-",      "--policy",       "paged"};
   auto with = base;
   with.insert(with.end(), {"--compute-calibration", path});
 
@@ -93,7 +93,7 @@ TEST_CASE("replay --compute-calibration: a bad file exits 2 naming the key, a go
   const auto g = nlohmann::json::parse(good.out);
   const auto p = nlohmann::json::parse(plain.out);
   CHECK(g["config"]["compute_calibration"]["device"] == "NVIDIA H200");
-  CHECK(g["config"]["kernel_factors"]["decode"].get<double>() == doctest::Approx(1.2));  // 6 / 5, measured
+  CHECK(g["config"]["kernel_factors"]["decode"].get<double>() == doctest::Approx(1.2));   // 6 / 5, measured
   CHECK(p["config"]["kernel_factors"]["decode"].get<double>() == doctest::Approx(1.11));  // the modern set
   CHECK(g["config"]["kernel_factors"]["prefill"] == p["config"]["kernel_factors"]["prefill"]);
   CHECK_FALSE(p["config"].contains("compute_calibration"));
