@@ -193,6 +193,10 @@ int cmd_calibrate(std::span<const std::string> args, const cli_streams& io) {
     const int device = (*values)["device"].as<int>();
     if (device < 0) throw usage_error("--device must be 0 or more");
     const bool compute = (*values)["compute"].as<bool>();
+    for (const char* key : {"model", "tp", "token-budget", "reps"}) {
+      if (!compute && !(*values)[key].defaulted()) throw usage_error(fmt::format("--{} needs --compute", key));
+    }
+    if (compute && !(*values)["chunks"].defaulted()) throw usage_error("--chunks does not apply to --compute");
     if (compute) {
       compute_options c;
       c.device = device;

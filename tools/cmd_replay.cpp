@@ -447,6 +447,13 @@ void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
     out << fmt::format("attention kernel factors: set {}, prefill {:.2f}, decode {:.2f}\n",
                        kf["set"].get<std::string>(), kf["prefill"].get<double>(), kf["decode"].get<double>());
   }
+  if (c.contains("compute_calibration")) {
+    const auto& cc = c["compute_calibration"];
+    out << fmt::format(
+        "step cost: measured on {} ({} x{}): linear layers and decode attention at its rates, the "
+        "decode factor its paged/contiguous ratio\n",
+        cc["device"].get<std::string>(), cc["model"].get<std::string>(), cc["tp"].get<std::uint32_t>());
+  }
   out << fmt::format(
       "requests: {} ({} completed, {} rejected: {} over context, {} over memory; {} truncated), "
       "{} preemptions\n",

@@ -49,8 +49,11 @@ TEST_CASE("calibrate --compute: bad options exit 2 before touching a GPU") {
                                                                 {"calibrate", "--compute", "--tp", "3"},
                                                                 {"calibrate", "--compute", "--token-budget", "0"},
                                                                 {"calibrate", "--compute", "--reps", "0"},
-                                                                {"calibrate", "--compute", "--out", ""}}) {
-    INFO(args[2]);
+                                                                {"calibrate", "--compute", "--out", ""},
+                                                                {"calibrate", "--compute", "--chunks", "64"},
+                                                                {"calibrate", "--model", "yi-6b"},
+                                                                {"calibrate", "--reps", "5"}}) {
+    INFO(args[1], " ", args[2]);
     const auto r = run_cli(args);
     CHECK(r.code == 2);
     CHECK(r.err.find("vtensor calibrate") != std::string::npos);
