@@ -26,7 +26,9 @@
 /// see (scheduling, sampling, kernel launches, the all-reduces of tensor parallelism); it is an
 /// assumption, not a measurement: 1 ms by default (vLLM-class engines spend around a
 /// millisecond of host time per step). Not modelled: kernel efficiency at small batches,
-/// overlap between kernels, communication volume.
+/// overlap between kernels, communication volume. A compute calibration measured on the GPU
+/// replaces the ceilings of the linear layers and of decode attention with measured rates by
+/// size (Note [Measured step cost] in sim/compute_calibration.hpp); this formula is the fallback.
 
 #include <cstdint>
 #include <optional>

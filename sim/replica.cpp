@@ -239,7 +239,10 @@ void replica::run_step(step_record& rec) {
       rec.prefill_tokens += e.tokens;
     }
   }
-  const step_cost cost = roofline(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors);
+  const step_cost cost =
+      config_.compute
+          ? measured_step_cost(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors, *config_.compute)
+          : roofline(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors);
   const auto duration =
       static_cast<time_us>(std::ceil(cost.total_s() * 1e6)) + std::chrono::ceil<sim_us>(rec.vmm_critical).count();
 

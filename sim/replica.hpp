@@ -77,6 +77,7 @@
 #include <vector>
 
 #include "backends/enum_names.hpp"
+#include "sim/compute_calibration.hpp"
 #include "sim/event_queue.hpp"
 #include "sim/kv_policy.hpp"
 #include "sim/metrics.hpp"
@@ -103,7 +104,9 @@ struct replica_config {
   std::uint64_t max_context_tokens = 131072;  ///< prompt + output at most
   over_context_policy over_context = over_context_policy::reject;  ///< longer requests
   double step_overhead_s = k_default_step_overhead_s;              ///< fixed cost per step
-  attention_factors kernel_factors;        ///< the policy's attention kernel factors (Note [Kernel factors])
+  attention_factors kernel_factors;  ///< the policy's attention kernel factors (Note [Kernel factors])
+  /// Measured kernel rates (Note [Measured step cost]); null: the roofline alone.
+  std::shared_ptr<const compute_calibration> compute;
   time_us sample_interval_us = 1'000'000;  ///< state sample grid (0: none)
   bool check_every_step = false;           ///< check_invariants() after each step (debug)
   /// Pipelined admission (Note [Pipelined admission in the replica]): after a step, admit only

@@ -1,7 +1,9 @@
 // `vtensor calibrate`: measures each VMM call on a GPU through the cuda backend and writes the
 // calibration file the sim backend reads (Note [Calibration file format], latency_model.hpp).
-// Needs the cuda backend only (host code over the driver), no kernels.
+// Needs the cuda backend only (host code over the driver), no kernels. With --compute it times
+// the step cost's kernels instead (tools/calibrate_compute.cpp), which needs the GPU kernels.
 
+#include "tools/calibrate_compute.hpp"
 #include "tools/calibration.hpp"
 #include "tools/cli.hpp"
 
@@ -164,22 +166,62 @@ int cmd_calibrate(std::span<const std::string> args, const cli_streams& io) {
     po::options_description options("options");
     options.add_options()("device", po::value<int>()->default_value(0), "CUDA device index")(
         "chunks", po::value<std::uint64_t>()->default_value(4096), "chunks to create, map, unmap and release")(
-        "out", po::value<std::string>()->default_value("calibration.json"), "calibration file to write");
+        "out", po::value<std::string>(),
+        "calibration file to write (default calibration.json; with --compute, compute-calibration.json)")(
+        "compute", po::bool_switch(), "time the step cost's kernels instead of the VMM calls")(
+        "model", po::value<std::string>()->default_value("llama-3-8b"),
+        "--compute: model whose shapes are timed (llama-3-8b, yi-6b, yi-34b, llama-3-70b)")(
+        "tp", po::value<std::uint32_t>()->default_value(1), "--compute: tensor-parallel degree (shapes per GPU)")(
+        "token-budget", po::value<std::uint32_t>()->default_value(8192),
+        "--compute: largest token count of the GEMM grid")("reps", po::value<int>()->default_value(20),
+                                                           "--compute: timed runs per size (their median is kept)");
     const po::positional_options_description positional;
     const auto values =
-        parse_command_line(name, "[--device N] [--chunks N] [--out FILE]",
+        parse_command_line(name, "[--device N] [--chunks N] [--out FILE] | --compute [--model M] [--tp N] [--out FILE]",
                            "Measures each VMM call on the GPU through the cuda backend (the driver call's wall time):\n"
                            "reserve and free of ranges from 2 MiB to 16 TiB, then create, map, set-access, unmap and\n"
                            "release of N chunks of 2 MiB, one call per chunk. Prints mean, p50 and p99 per call and\n"
                            "writes them as the calibration file that the sim backend loads, whole or not at all. Exit "
-                           "1 without a GPU or in a build without the cuda backend.",
+                           "1 without a GPU or in a build without the cuda backend.\n"
+                           "With --compute: times the step cost's kernels instead (docs/kernel-factors.md): the\n"
+                           "model's linear layers as cuBLAS bf16 GEMMs over token counts 1 to --token-budget, and\n"
+                           "decode attention over contiguous KV and behind a block table of 1- and 16-token blocks,\n"
+                           "over batch sizes and context lengths; writes the compute calibration that replay reads\n"
+                           "(--compute-calibration). Exit 1 without a GPU, cuBLAS or a build with the kernels.",
                            options, positional, args, io);
     if (!values) return exit_success;
     const int device = (*values)["device"].as<int>();
     if (device < 0) throw usage_error("--device must be 0 or more");
+    const bool compute = (*values)["compute"].as<bool>();
+    for (const char* key : {"model", "tp", "token-budget", "reps"}) {
+      if (!compute && !(*values)[key].defaulted()) throw usage_error(fmt::format("--{} needs --compute", key));
+    }
+    if (compute && !(*values)["chunks"].defaulted()) throw usage_error("--chunks does not apply to --compute");
+    if (compute) {
+      compute_options c;
+      c.device = device;
+      c.model = (*values)["model"].as<std::string>();
+      c.tp = (*values)["tp"].as<std::uint32_t>();
+      try {
+        (void)layer_gemm_shapes(c.model, c.tp);
+      } catch (const std::invalid_argument& e) {
+        throw usage_error(fmt::format("--model {} --tp {}: {}", c.model, c.tp, e.what()));
+      }
+      c.token_budget = (*values)["token-budget"].as<std::uint32_t>();
+      if (c.token_budget < 1 || c.token_budget > 65536) throw usage_error("--token-budget must be between 1 and 65536");
+      c.reps = (*values)["reps"].as<int>();
+      if (c.reps < 1 || c.reps > 1000) throw usage_error("--reps must be between 1 and 1000");
+      if (values->count("out") != 0) c.out_file = (*values)["out"].as<std::string>();
+      if (c.out_file.empty()) throw usage_error("--out must name a file");
+#if VTENSOR_HAVE_GPU_KERNELS
+      return calibrate_compute(c, io);
+#else
+      throw std::runtime_error("built without the CUDA kernels (no nvcc at configure time): nothing to time");
+#endif
+    }
     const std::uint64_t chunks = (*values)["chunks"].as<std::uint64_t>();
     if (chunks < 16 || chunks > 1'000'000) throw usage_error("--chunks must be between 16 and 1000000");
-    const std::string out_file = (*values)["out"].as<std::string>();
+    const std::string out_file = values->count("out") != 0 ? (*values)["out"].as<std::string>() : "calibration.json";
     if (out_file.empty()) throw usage_error("--out must name a file");
 #if VTENSOR_HAVE_CUDA
     return calibrate(device, chunks, out_file, io);

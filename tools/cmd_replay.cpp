@@ -107,8 +107,11 @@ po::options_description workload_options() {
       "step-overhead-ms", po::value<double>()->default_value(sim::k_default_step_overhead_s * 1e3),
       "fixed cost per step, ms")("kernel-factors", po::value<std::string>()->default_value("modern"),
                                  "attention kernel factors of paged layouts: modern, 2024, or a JSON file "
-                                 "(docs/kernel-factors.md)")("sample-ms", po::value<double>()->default_value(1000.0),
-                                                             "time-series sample interval, simulated ms");
+                                 "(docs/kernel-factors.md)")(
+      "compute-calibration", po::value<std::string>(),
+      "measured step cost from `vtensor calibrate --compute` (docs/kernel-factors.md, Note [Measured step cost]); "
+      "default: the roofline")("sample-ms", po::value<double>()->default_value(1000.0),
+                               "time-series sample interval, simulated ms");
   return o;
 }
 
@@ -344,6 +347,18 @@ void parse_replica(const po::variables_map& v, replay_options& o) {
     throw usage_error(e.what());
   }
   c.replica.kernel_factors = o.kernel_factors.of(o.policy_name);
+  if (v.count("compute-calibration") != 0) {
+    try {
+      c.replica.compute = std::make_shared<const sim::compute_calibration>(
+          sim::load_compute_calibration(get<std::string>(v, "compute-calibration")));
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(fmt::format("--compute-calibration: {}", e.what()));
+    }
+    auto p = o.policy;
+    p.backend = "sim";
+    c.replica.kernel_factors = sim::calibrated_factors(
+        c.replica.kernel_factors, sim::make_kv_policy(o.policy_name, p)->access(), *c.replica.compute);
+  }
   o.sample_ms = get<double>(v, "sample-ms");
   if (!(o.sample_ms > 0)) throw usage_error("--sample-ms must be positive");
   c.replica.sample_interval_us = static_cast<sim::time_us>(o.sample_ms * 1e3);
@@ -431,6 +446,13 @@ void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
     const auto& kf = c["kernel_factors"];
     out << fmt::format("attention kernel factors: set {}, prefill {:.2f}, decode {:.2f}\n",
                        kf["set"].get<std::string>(), kf["prefill"].get<double>(), kf["decode"].get<double>());
+  }
+  if (c.contains("compute_calibration")) {
+    const auto& cc = c["compute_calibration"];
+    out << fmt::format(
+        "step cost: measured on {} ({} x{}): linear layers and decode attention at its rates, the "
+        "decode factor its paged/contiguous ratio\n",
+        cc["device"].get<std::string>(), cc["model"].get<std::string>(), cc["tp"].get<std::uint32_t>());
   }
   out << fmt::format(
       "requests: {} ({} completed, {} rejected: {} over context, {} over memory; {} truncated), "
@@ -631,6 +653,10 @@ nlohmann::ordered_json run_config_json(const replay_options& o, const sim::kv_po
   cfg["kernel_factors"] = {{"set", o.kernel_factors.name},
                            {"prefill", config.replica.kernel_factors.prefill},
                            {"decode", config.replica.kernel_factors.decode}};
+  if (config.replica.compute) {
+    const sim::compute_calibration& cc = *config.replica.compute;
+    cfg["compute_calibration"] = {{"device", cc.device}, {"model", cc.model}, {"tp", cc.tp}, {"source", cc.source}};
+  }
   cfg["sample_ms"] = o.sample_ms;
   cfg["pipeline"] = o.pipeline;
   const scheduler_config sched = sim::vtensor_options(p).manager.scheduler;

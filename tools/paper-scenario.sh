@@ -16,9 +16,15 @@
 #   - 16-token blocks for vLLM (its default), vtensor with its defaults;
 #   - everything else (context limit, batch limits, step overhead) at vtensor's replay defaults.
 # Usage: tools/paper-scenario.sh [BINARY] > table.md   (BINARY defaults to build/bin/vtensor)
+# Environment: GPU (default a100-80gb) and FACTORS (default "2024 modern"); the factor set
+# "measured" replays with the compute calibration of the model measured on the H200
+# (backends/calibration/h200-compute-MODEL[-tpN].json: measured linear and decode-attention rates
+# and decode factors, prefill factors of `modern`), meaningful with GPU=h200 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-build/bin/vtensor}
+gpu=${GPU:-a100-80gb}
+factor_sets=${FACTORS:-2024 modern}
 [ -x "$bin" ] || { echo "paper-scenario: $bin is not an executable" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -32,10 +38,16 @@ for workload in multi-turn single-turn; do
   esac
   for model in yi-6b:1 yi-34b:2; do
     name=${model%%:*} tp=${model##*:}
-    for factors in 2024 modern; do
+    for factors in $factor_sets; do
+      set_args=(--kernel-factors "$factors")
+      if [ "$factors" = measured ]; then
+        suffix=""
+        [ "$tp" = 1 ] || suffix="-tp$tp"
+        set_args=(--kernel-factors modern --compute-calibration "backends/calibration/h200-compute-$name$suffix.json")
+      fi
       for policy in vtensor paged radix; do
-        "$bin" replay --trace "$trace" --gpu a100-80gb --model "$name" --tp "$tp" --time-scale 0.01 \
-          --policy "$policy" --kernel-factors "$factors" --no-wall --json "$tmp/$policy.json" >/dev/null
+        "$bin" replay --trace "$trace" --gpu "$gpu" --model "$name" --tp "$tp" --time-scale 0.01 \
+          --policy "$policy" "${set_args[@]}" --no-wall --json "$tmp/$policy.json" >/dev/null
       done
       tv=$(field "$tmp/vtensor.json" throughput_tokens_per_s)
       tp_=$(field "$tmp/paged.json" throughput_tokens_per_s)

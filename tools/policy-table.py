@@ -4,7 +4,10 @@ A/B compares: prefix hit rate, the memory breakdown (time-weighted means), preem
 TPOT p50/p99, throughput, VMM time on the critical path, and the replay's wall time.
 
     tools/policy-table.py [--bin build/bin/vtensor] [--policies vtensor,paged,...]
-                          [--factors modern,2024] [--] [replay options...]
+                          [--factors modern,2024] [--compute-calibration FILE] [--] [replay options...]
+
+With --compute-calibration, one more group of rows, "measured": the step cost at the file's
+measured rates and decode factors (`replay --compute-calibration`), prefill factors of `modern`.
 
 Every replay option after the known ones goes to each `vtensor replay` unchanged (e.g.
 --trace traces/data/mooncake_conversation_trace.jsonl --memory unlimited --time-scale 4).
@@ -26,6 +29,7 @@ def main() -> int:
     ap.add_argument("--bin", default="build/bin/vtensor")
     ap.add_argument("--policies", default="vtensor,paged,radix,static,vattention")
     ap.add_argument("--factors", default="modern,2024")
+    ap.add_argument("--compute-calibration", default=None)
     args, replay_args = ap.parse_known_args()
     if replay_args and replay_args[0] == "--":
         replay_args = replay_args[1:]
@@ -34,10 +38,14 @@ def main() -> int:
           "| VMM critical (ms) | wall (s) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as tmp:
-        for factors in args.factors.split(","):
+        groups = [(f, []) for f in args.factors.split(",")]
+        if args.compute_calibration:
+            groups.append(("measured", ["--compute-calibration", args.compute_calibration]))
+        for factors, extra in groups:
             for policy in args.policies.split(","):
                 out = os.path.join(tmp, f"{policy}-{factors}.json")
-                cmd = [args.bin, "replay", "--policy", policy, "--kernel-factors", factors, "--json", out,
+                kf = "modern" if extra else factors
+                cmd = [args.bin, "replay", "--policy", policy, "--kernel-factors", kf, *extra, "--json", out,
                        *replay_args]
                 start = time.monotonic()
                 done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
