@@ -31,7 +31,7 @@ manager::~manager() {
 // the worker does (Note [Checking with jobs in flight] in operations.cpp).
 void manager::after_op() const {
 #ifdef VTENSOR_EXPENSIVE_CHECKS
-  constexpr std::uint64_t k_check_budget = 4096;
+  constexpr std::uint64_t k_check_budget = 1024;  // 4,096 left the sanitizer replays at 25 min each
   const std::uint64_t size = scheduler_.ops().mappings().size() + scheduler_.ops().tree().node_count();
   const std::uint64_t period = std::max<std::uint64_t>(1, (size + k_check_budget - 1) / k_check_budget);
   if (++ops_since_check_ < period) return;

@@ -108,7 +108,10 @@ struct replica_config {
   /// Measured kernel rates (Note [Measured step cost]); null: the roofline alone.
   std::shared_ptr<const compute_calibration> compute;
   time_us sample_interval_us = 1'000'000;  ///< state sample grid (0: none)
-  bool check_every_step = false;           ///< check_invariants() after each step (debug)
+  bool check_every_step = false;           ///< check_invariants() after each step
+  /// check_invariants() after steps, sampled in proportion to the state (Note [Sampled invariant
+  /// checks of a replay] in replica.cpp); debug builds of the replay turn it on.
+  bool check_sampled = false;
   /// Pipelined admission (Note [Pipelined admission in the replica]): after a step, admit only
   /// requests that arrived before it began, as if decided while it ran.
   bool pipeline = false;
@@ -230,6 +233,7 @@ class replica {
   void reject(std::unique_ptr<live_request> r, std::string_view why);
   void take_prefill(live_request& r, std::uint32_t& budget, bool& any_prefill);
   void observe();
+  void check_sampled();  // Note [Sampled invariant checks of a replay] in replica.cpp
   void emit(const request_record& rec);
 
   event_queue& queue_;
@@ -242,8 +246,9 @@ class replica {
   std::vector<std::unique_ptr<live_request>> running_;  // admission order
   std::vector<batch_entry> batch_;
   bool in_step_ = false;
-  sim_ns pending_release_critical_{};  // critical VMM time of releases since the last step was built
-  sim_ns pending_release_vmm_{};       // all VMM time of those releases
+  std::uint64_t steps_since_check_ = 0;  // Note [Sampled invariant checks of a replay]
+  sim_ns pending_release_critical_{};    // critical VMM time of releases since the last step was built
+  sim_ns pending_release_vmm_{};         // all VMM time of those releases
   std::array<std::uint64_t, k_vmm_call_kinds> last_step_calls_{};  // VMM calls when the previous step was built
   std::uint32_t step_preempted_ = 0;
   bool continuing_ = false;                                // start_step() called at the end of a step

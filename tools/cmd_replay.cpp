@@ -363,7 +363,7 @@ void parse_replica(const po::variables_map& v, replay_options& o) {
   if (!(o.sample_ms > 0)) throw usage_error("--sample-ms must be positive");
   c.replica.sample_interval_us = static_cast<sim::time_us>(o.sample_ms * 1e3);
 #ifndef NDEBUG
-  c.replica.check_every_step = true;
+  c.replica.check_sampled = true;  // Note [Sampled invariant checks of a replay] in sim/replica.cpp
 #endif
 }
 
