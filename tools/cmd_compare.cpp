@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <boost/make_shared.hpp>
 #include <nlohmann/json.hpp>
@@ -427,6 +428,10 @@ class output_folder {
       throw std::system_error(errno, std::generic_category(),
                               fmt::format("--out {}: cannot create a folder beside it", target));
     temp_ = templ;
+    // mkdtemp makes it private (0700); the finished folder gets the permissions of any new folder.
+    const mode_t mask = umask(0);
+    umask(mask);
+    fs::permissions(temp_, static_cast<fs::perms>(0777 & ~mask));
     fs::create_directory(temp_ / "timeseries");
   }
   ~output_folder() {
