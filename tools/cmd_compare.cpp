@@ -855,9 +855,10 @@ int run_compare(const po::variables_map& v, const std::vector<std::string>& shar
   if (folder) {
     write_file(folder->temp() / "summary.json", summary_text);
     write_file(folder->temp() / "arms.csv", arms_csv(x, cells, points));
-    // After merge: with --report, the coordinator renders the report here, inside the temporary
-    // folder so that DIR still appears whole or not at all:
-    //   tools::render_report(folder->temp());
+    // REPORT HOOK (issue 10, wired at merge): with a `--report` option (to add to
+    // compare_options()), render the report here, inside the temporary folder, so that DIR still
+    // appears whole or not at all:
+    //   if (report) tools::render_report(folder->temp());
     folder->commit();
   }
   if (json_path) {
