@@ -310,6 +310,17 @@ experiment read_experiment(const po::variables_map& v, const std::string& bundle
   for (const std::string& m : x.memory) {
     if (m != "default") (void)parse_size_option("--memory", m, size_rule::budget);
   }
+  // Two equal values would give two points one id (and one time-series file).
+  const auto once = [](const char* axis, const std::vector<std::string>& values) {
+    std::set<std::string> seen;
+    for (const std::string& v : values) {
+      if (!seen.insert(v).second) throw usage_error(fmt::format("--{}: '{}' is given twice", axis, v));
+    }
+  };
+  once("memory", x.memory);
+  once("time-scale", x.time_scale_text);
+  once("kernel-factors", x.kernel_factors);
+  once("trace", x.traces);
   return x;
 }
 

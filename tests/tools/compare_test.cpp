@@ -165,6 +165,9 @@ TEST_CASE("compare: bad arms exit 2 naming the arm") {
   CHECK(run_cli({"compare", small_trace(), "--arm", "a=paged", "--out", "-"}).code == 2);
   CHECK(run_cli({"compare", small_trace(), "--arm", "a=paged", "--memory", "lots"}).code == 2);
   CHECK(run_cli({"compare", small_trace(), "--arm", "a=paged", "--time-scale", "0"}).code == 2);
+  const auto dup = run_cli({"compare", small_trace(), "--arm", "a=paged", "--memory", "4GiB,4GiB"});
+  CHECK(dup.code == 2);
+  CHECK(dup.err.find("'4GiB' is given twice") != std::string::npos);
 }
 
 TEST_CASE("compare: bad experiment files exit 2 naming the field") {
