@@ -166,6 +166,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
       }
       break;
     }
+    for (auto* o : observers_) o->on_admit({r.id, queue_.now(), a.hit_tokens, !r.admitted_before});
     if (!r.admitted_before) {
       r.admitted_before = true;
       r.first_hit = a.hit_tokens;

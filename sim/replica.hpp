@@ -151,10 +151,19 @@ struct request_record {
   std::string_view rejected;        ///< empty, "context" or "memory"
 };
 
+/// One admission: a request's first, or its re-admission after a preemption.
+struct admission_record {
+  std::uint64_t id = 0;          ///< ordinal in the trace
+  time_us at = 0;                ///< when (the start of the step that admits it)
+  std::uint64_t hit_tokens = 0;  ///< prefix-cache hit of this admission
+  bool first = true;             ///< false: a re-admission after a preemption
+};
+
 /// Receives what happens in a replica; all hooks default to nothing.
 class replica_observer {
  public:
   virtual ~replica_observer() = default;
+  virtual void on_admit(const admission_record&) {}  ///< a request admitted (before its step is built)
   virtual void on_step(const step_record&) {}        ///< after a step is built (before it runs)
   virtual void on_request(const request_record&) {}  ///< a request finished or was rejected
   virtual void on_sample(const replica_state&) {}    ///< the state on the sample grid

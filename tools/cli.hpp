@@ -97,6 +97,9 @@ enum class size_rule {
 /// `vtensor replay`: replays a trace through the serving simulator (tools/cmd_replay.cpp).
 [[nodiscard]] int cmd_replay(std::span<const std::string> args, const cli_streams& io);
 
+/// `vtensor compare`: arms x axes in parallel, with bounds and miss causes (tools/cmd_compare.cpp).
+[[nodiscard]] int cmd_compare(std::span<const std::string> args, const cli_streams& io);
+
 /// `vtensor validate-gpu`: checks the manager on a GPU with CUDA kernels (tools/cmd_validate_gpu.cpp).
 [[nodiscard]] int cmd_validate_gpu(std::span<const std::string> args, const cli_streams& io);
 

@@ -17,7 +17,7 @@ mkdir -p "$findings"
 # Seed corpora: the trace harness reads a format byte (0 mooncake, 1 azure, 2 vtensor, 3 vidur,
 # 4 detect) before the file's bytes.
 rm -rf "$work"
-mkdir -p "$work/trace_reader" "$work/config_files" "$work/replay_options"
+mkdir -p "$work/trace_reader" "$work/config_files" "$work/replay_options" "$work/compare_options"
 n=0
 for f in tests/data/traces/* traces/data/*; do
   [ -f "$f" ] || continue
@@ -34,9 +34,12 @@ printf -- '--policy\npaged\n--block-tokens\n16\n--memory\n1GiB\n' >"$work/replay
 printf -- '--policy\nvtensor\n--lookahead\n2\n--layout\nkv-split\n--time-scale\n4\n' >"$work/replay_options/vtensor"
 printf -- '--policy\nradix\n--page-tokens\n16\n--memory\nunlimited\n' >"$work/replay_options/radix"
 printf -- '--policy\nvattention\n--megacache\ntrue\n--tp\n2\n--model\nyi-34b\n' >"$work/replay_options/vattention"
+printf -- '--arm\na=paged --block-tokens 32\n--arm\nb=vtensor --lookahead 2\n--memory\n2GiB,unlimited\n' \
+  >"$work/compare_options/two"
+printf -- '--arm\ns=static --reserve pow2\n--time-scale\n1,4\n--baseline\ns\n' >"$work/compare_options/static"
 
 status=0
-for harness in trace_reader config_files replay_options; do
+for harness in trace_reader config_files replay_options compare_options; do
   echo "== fuzz_$harness for ${seconds}s"
   if ! ./build-fuzz/bin/"fuzz_$harness" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -artifact_prefix="$findings/$harness-" -print_final_stats=1 "$work/$harness" \

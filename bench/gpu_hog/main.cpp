@@ -5,9 +5,9 @@
 // device's free and total bytes as one JSON line and exits, so a script can compare the driver's
 // used memory before and after a replay.
 
-#include <boost/program_options.hpp>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 
 #include <chrono>
 #include <cstdint>

@@ -1,0 +1,220 @@
+// `vtensor compare`: parsing, bad arms and experiment files, results independent of --jobs, the
+// bounds beside the arms, miss causes that add up, and the output folder.
+
+#include "tests/support/cli_run.hpp"
+#include "tools/cli.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using vtensor::testing::run_cli;
+
+std::string small_trace() { return VTENSOR_SOURCE_DIR "/traces/data/mooncake_conversation_excerpt.jsonl"; }
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "vtensor_compare_test";
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Two arms, two budgets, 120 requests of the bundled excerpt: small enough for a unit test,
+// large enough that the 2 GiB budget evicts.
+std::vector<std::string> small_compare(std::vector<std::string> extra) {
+  std::vector<std::string> args = {
+      "compare",  small_trace(), "--arm",    "vt=vtensor",     "--arm",          "paged=paged --block-tokens 32",
+      "--arm",    "radix=radix", "--memory", "2GiB,unlimited", "--max-requests", "120",
+      "--no-wall"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("compare: results are byte-identical whatever --jobs is") {
+  const auto one = run_cli(small_compare({"--jobs", "1", "--json", "-"}));
+  REQUIRE_MESSAGE(one.code == 0, one.err);
+  const auto three = run_cli(small_compare({"--jobs", "3", "--json", "-"}));
+  REQUIRE_MESSAGE(three.code == 0, three.err);
+  // Everything but the command line, which holds the --jobs typed.
+  auto j = nlohmann::json::parse(one.out);
+  auto k = nlohmann::json::parse(three.out);
+  CHECK(j["command"] != k["command"]);
+  j.erase("command");
+  k.erase("command");
+  CHECK(j.dump(1) == k.dump(1));
+  CHECK(one.err == three.err);  // the table, on standard error since --json is '-'
+
+  CHECK(j["points"].size() == 6);
+  CHECK(j["cells"].size() == 2);
+}
+
+TEST_CASE("compare: bounds beside the arms, every hit rate within the infinite bound, misses add up") {
+  const auto r = run_cli(small_compare({"--jobs", "2", "--json", "-"}));
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["format"] == "vtensor-compare");
+  CHECK(j["baseline"] == "vt");
+  for (const auto& c : j["cells"]) {
+    const double inf = c["bounds"]["infinite_hit_rate"].get<double>();
+    const double off = c["bounds"]["offline_hit_rate"].get<double>();
+    CHECK(inf > 0);
+    CHECK(off <= inf);
+    if (c["memory"] == "unlimited") CHECK(off == inf);
+  }
+  for (const auto& p : j["points"]) {
+    CAPTURE(p["id"].get<std::string>());
+    const auto& m = p["misses"];
+    const std::uint64_t sum = m["cold"].get<std::uint64_t>() + m["evicted"].get<std::uint64_t>() +
+                              m["granularity"].get<std::uint64_t>() + m["preempted"].get<std::uint64_t>() +
+                              m["in_flight"].get<std::uint64_t>() + m["unpublished"].get<std::uint64_t>();
+    CHECK(sum == m["total"].get<std::uint64_t>());
+    const auto& s = p["summary"];
+    CHECK(m["total"].get<std::uint64_t>() == s["prompt_tokens"].get<std::uint64_t>() -
+                                                 s["prefix_hit_tokens"].get<std::uint64_t>() +
+                                                 s["recomputed_tokens"].get<std::uint64_t>());
+    CHECK(p["within_infinite_bound"] == true);
+    CHECK(p["of_infinite"].get<double>() <= 1.0);
+    CHECK(p["latency_quantiles"]["ttft_ms"].size() == 101);
+    CHECK(p["latency_quantiles"]["tpot_ms"].size() == 101);
+    const auto& h = p["histograms"]["reuse_distance_s"];
+    CHECK(h["edges"].size() == h["counts"].size() + 1);
+    std::uint64_t reuse = 0;
+    for (const auto& n : h["counts"]) reuse += n.get<std::uint64_t>();
+    CHECK(reuse <= s["prefix_hit_tokens"].get<std::uint64_t>());
+  }
+  // vtensor shares at finish only: its misses include ones the others never have.
+  CHECK(r.err.find("oracle") != std::string::npos);
+  CHECK(r.err.find("<= infinite") != std::string::npos);
+}
+
+TEST_CASE("compare: --out writes summary.json, arms.csv and every time series, and replaces a folder whole") {
+  const fs::path out = temp_dir("out");
+  fs::remove_all(out);
+  fs::create_directories(out);
+  std::ofstream(out / "stale.txt") << "old";
+  const auto r = run_cli(small_compare({"--jobs", "2", "--out", out.string()}));
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK_FALSE(fs::exists(out / "stale.txt"));
+  const auto j = nlohmann::json::parse(read(out / "summary.json"));
+  CHECK(j["points"].size() == 6);
+  for (const auto& p : j["points"]) CHECK(fs::is_regular_file(out / p["timeseries"].get<std::string>()));
+  std::istringstream csv(read(out / "arms.csv"));
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line.rfind("id,arm,policy,memory,", 0) == 0);
+  std::size_t rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  CHECK(rows == 6);
+  for (const auto& e : fs::directory_iterator(out.parent_path())) {
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  }
+  CHECK(r.out.find("hit rate") != std::string::npos);
+}
+
+TEST_CASE("compare: an experiment file gives arms and axes") {
+  const fs::path file = temp_dir("experiment.json");
+  std::ofstream(file) << R"({"arms": [{"name": "a", "policy": "paged", "options": "--block-tokens 16"},
+                                     {"name": "b", "policy": "static"}],
+                            "memory": ["4GiB"], "time_scale": [1, 2], "baseline": "b"})";
+  const auto r = run_cli({"compare", small_trace(), "--arms", file.string(), "--max-requests", "40", "--no-wall",
+                          "--json", "-", "--jobs", "2"});
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["baseline"] == "b");
+  CHECK(j["points"].size() == 4);
+  CHECK(j["points"][0]["id"] == "a@memory=4GiB,time_scale=1,kernel_factors=modern,trace=0");
+  CHECK(j["points"][1]["ratios"]["prefix_hit_rate"].is_null());  // static hits nothing: no ratio to 0
+}
+
+TEST_CASE("compare: bad arms exit 2 naming the arm") {
+  const auto other = run_cli({"compare", small_trace(), "--arm", "v=vtensor --block-tokens 32"});
+  CHECK(other.code == 2);
+  CHECK(other.err.find("arm v") != std::string::npos);
+  CHECK(other.err.find("--block-tokens applies to policy paged") != std::string::npos);
+  const auto shared = run_cli({"compare", small_trace(), "--arm", "p=paged --model yi-6b"});
+  CHECK(shared.code == 2);
+  CHECK(shared.err.find("arm p") != std::string::npos);
+  const auto unknown = run_cli({"compare", small_trace(), "--arm", "x=nope"});
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err.find("unknown policy 'nope'") != std::string::npos);
+  CHECK(run_cli({"compare", small_trace(), "--arm", "novalue"}).code == 2);
+  CHECK(run_cli({"compare", small_trace()}).code == 2);  // no arms
+  const auto twice = run_cli({"compare", small_trace(), "--arm", "a=paged", "--arm", "a=radix"});
+  CHECK(twice.code == 2);
+  CHECK(twice.err.find("arm a is given twice") != std::string::npos);
+  const auto base = run_cli({"compare", small_trace(), "--arm", "a=paged", "--baseline", "z"});
+  CHECK(base.code == 2);
+  CHECK(base.err.find("--baseline") != std::string::npos);
+  CHECK(run_cli({"compare", small_trace(), "--arm", "a=paged", "--out", "-"}).code == 2);
+  CHECK(run_cli({"compare", small_trace(), "--arm", "a=paged", "--memory", "lots"}).code == 2);
+  CHECK(run_cli({"compare", small_trace(), "--arm", "a=paged", "--time-scale", "0"}).code == 2);
+  const auto dup = run_cli({"compare", small_trace(), "--arm", "a=paged", "--memory", "4GiB,4GiB"});
+  CHECK(dup.code == 2);
+  CHECK(dup.err.find("'4GiB' is given twice") != std::string::npos);
+}
+
+TEST_CASE("compare: bad experiment files exit 2 naming the field") {
+  const fs::path file = temp_dir("bad.json");
+  const auto check = [&](const std::string& text, const std::string& field) {
+    std::ofstream(file) << text;
+    const auto r = run_cli({"compare", small_trace(), "--arms", file.string()});
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.find(field) != std::string::npos, r.err);
+  };
+  check(R"({"arms": [{"name": "a"}]})", "arms[0].policy");
+  check(R"({"arms": [{"name": "a", "policy": "paged", "colour": 1}]})", "arms[0].colour");
+  check(R"({"arms": {"a": 3}})", "arms.a");
+  check(R"({"arms": {"a": "paged"}, "memory": "16GiB"})", "'memory'");
+  check(R"({"arms": {"a": "paged"}, "time_scale": [-1]})", "time_scale");
+  check(R"({"arms": {"a": "paged"}, "tracez": []})", "'tracez'");
+  check(R"({"arms": {"a": "paged --nope 1"}})", "arms.a");
+  check("{not json", "not JSON");
+}
+
+// Issue 10's test of the report through the command itself: a small comparison rendered with
+// --report, every figure present as PNG and SVG, and each figure's data naming the arms.
+TEST_CASE("compare: --report renders every figure of a real comparison, with the arms in each figure's data") {
+  const fs::path out = temp_dir("report");
+  fs::remove_all(out);
+  const auto r = run_cli(small_compare({"--jobs", "2", "--out", out.string(), "--report"}));
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(fs::is_regular_file(out / "report.html"));
+  const std::string html = read(out / "report.html");
+  CHECK(html.find("vtensor compare") != std::string::npos);  // the command that produced it
+  for (const char* name : {"memory_over_time", "memory_breakdown", "hit_rate_vs_memory", "misses_by_cause", "ttft_cdf",
+                           "tpot_cdf", "throughput_preemptions", "reuse_distance", "cached_lifetime"}) {
+    CAPTURE(name);
+    const std::string png = read(out / "figures" / (std::string(name) + ".png"));
+    REQUIRE(png.size() > 24);
+    CHECK(png.compare(1, 3, "PNG") == 0);
+    CHECK(read(out / "figures" / (std::string(name) + ".svg")).find("<svg") != std::string::npos);
+    const std::string data = read(out / "figures" / (std::string(name) + ".json"));
+    REQUIRE_FALSE(data.empty());
+    const auto j = nlohmann::json::parse(data);
+    for (const char* arm : {"vt", "paged", "radix"})
+      CHECK(j.dump().find(std::string("\"") + arm + "\"") != std::string::npos);
+  }
+  // The hit rate figure's bounds: one per memory budget.
+  const auto hit = nlohmann::json::parse(read(out / "figures" / "hit_rate_vs_memory.json"));
+  CHECK(hit.dump().find("infinite") != std::string::npos);
+  CHECK(hit.dump().find("offline") != std::string::npos);
+  // --report without --out is bad usage.
+  CHECK(run_cli(small_compare({"--report"})).code == 2);
+}
