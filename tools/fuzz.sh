@@ -17,7 +17,8 @@ mkdir -p "$findings"
 # Seed corpora: the trace harness reads a format byte (0 mooncake, 1 azure, 2 vtensor, 3 vidur,
 # 4 detect) before the file's bytes.
 rm -rf "$work"
-mkdir -p "$work/trace_reader" "$work/config_files" "$work/replay_options" "$work/compare_options"
+mkdir -p "$work/trace_reader" "$work/config_files" "$work/replay_options" "$work/compare_options" \
+  "$work/experiment_file"
 n=0
 for f in tests/data/traces/* traces/data/*; do
   [ -f "$f" ] || continue
@@ -37,9 +38,13 @@ printf -- '--policy\nvattention\n--megacache\ntrue\n--tp\n2\n--model\nyi-34b\n' 
 printf -- '--arm\na=paged --block-tokens 32\n--arm\nb=vtensor --lookahead 2\n--memory\n2GiB,unlimited\n' \
   >"$work/compare_options/two"
 printf -- '--arm\ns=static --reserve pow2\n--time-scale\n1,4\n--baseline\ns\n' >"$work/compare_options/static"
+printf '{"arms": {"vt": "vtensor", "paged16": "paged --block-tokens 16"}, "memory": ["2GiB", "unlimited"]}' \
+  >"$work/experiment_file/object"
+printf '{"arms": [{"name": "r", "policy": "radix", "options": "--page-tokens 16"}], "time_scale": [1, 4], "baseline": "r", "kernel_factors": ["modern", "2024"]}' \
+  >"$work/experiment_file/array"
 
 status=0
-for harness in trace_reader config_files replay_options compare_options; do
+for harness in trace_reader config_files replay_options compare_options experiment_file; do
   echo "== fuzz_$harness for ${seconds}s"
   if ! ./build-fuzz/bin/"fuzz_$harness" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -artifact_prefix="$findings/$harness-" -print_final_stats=1 "$work/$harness" \
