@@ -307,8 +307,8 @@ experiment read_experiment(const po::variables_map& v, const std::string& bundle
   // Two equal values would give two points one id (and one time-series file).
   const auto once = [](const char* axis, const std::vector<std::string>& values) {
     std::set<std::string> seen;
-    for (const std::string& v : values) {
-      if (!seen.insert(v).second) throw usage_error(fmt::format("--{}: '{}' is given twice", axis, v));
+    for (const std::string& value : values) {
+      if (!seen.insert(value).second) throw usage_error(fmt::format("--{}: '{}' is given twice", axis, value));
     }
   };
   once("memory", x.memory);
@@ -411,7 +411,7 @@ nlohmann::ordered_json histogram_json(const log_histogram& h) { return {{"edges"
 nlohmann::ordered_json misses_json(const miss_causes& m) {
   return {{"cold", m.cold},           {"evicted", m.evicted},     {"granularity", m.granularity},
           {"preempted", m.preempted}, {"in_flight", m.in_flight}, {"unpublished", m.unpublished},
-          {"total", m.total}};
+          {"no_cache", m.no_cache},   {"total", m.total}};
 }
 
 double safe_ratio(double a, double b) { return b == 0 ? 0.0 : a / b; }
@@ -479,7 +479,7 @@ std::string arms_csv(const experiment& x, const std::vector<cell>& cells, const 
       "of_offline,throughput_tokens_per_s,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,preemptions,"
       "peak_physical_bytes,mean_used_bytes,mean_internal_bytes,mean_reserved_idle_bytes,mean_external_bytes,"
       "mean_cached_bytes,mean_free_bytes,vmm_critical_time_us,misses_cold,misses_evicted,misses_granularity,"
-      "misses_preempted,misses_in_flight,misses_unpublished,throughput_ratio,hit_rate_ratio\n";
+      "misses_preempted,misses_in_flight,misses_unpublished,misses_no_cache,throughput_ratio,hit_rate_ratio\n";
   for (const point& p : points) {
     const cell& c = cells[p.cell];
     const auto& s = p.summary;
@@ -522,6 +522,7 @@ std::string arms_csv(const experiment& x, const std::vector<cell>& cells, const 
         std::to_string(m.preempted),
         std::to_string(m.in_flight),
         std::to_string(m.unpublished),
+        std::to_string(m.no_cache),
         csv_number(safe_ratio(metric_of(s, "throughput_tokens_per_s"),
                               base ? metric_of(base->summary, "throughput_tokens_per_s") : 0)),
         csv_number(safe_ratio(p.hit_rate, base ? base->hit_rate : 0)),
@@ -577,16 +578,18 @@ void print_table(std::ostream& out, const experiment& x, const std::vector<cell>
     }
     out << fmt::format("{:<14} infinite cache {:.4f}, offline (Belady, sequential) {:.4f}\n", "oracle",
                        c.infinite_hit_rate, c.offline_hit_rate);
-    out << fmt::format("{:<14} {:>9} {:>9} {:>12} | missed tokens {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
-                       "arm", "of inf", "of off", "<= infinite", "cold", "evicted", "granularity", "preempted",
-                       "in flight", "unpublished", "total");
+    out << fmt::format(
+        "{:<14} {:>9} {:>9} {:>12} | missed tokens {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "arm",
+        "of inf", "of off", "<= infinite", "cold", "evicted", "granularity", "preempted", "in flight", "unpublished",
+        "no cache", "total");
     for (const point* p : in) {
       const auto& m = p->analysis.misses;
       const bool within = p->hit_rate <= c.infinite_hit_rate && p->analysis.over_bound_requests == 0;
-      out << fmt::format("{:<14} {:>9.4f} {:>9.4f} {:>12} | {:>13} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
-                         x.arms[p->arm].name, safe_ratio(p->hit_rate, c.infinite_hit_rate),
-                         safe_ratio(p->hit_rate, c.offline_hit_rate), within ? "yes" : "NO (bug)", "", m.cold,
-                         m.evicted, m.granularity, m.preempted, m.in_flight, m.unpublished, m.total);
+      out << fmt::format(
+          "{:<14} {:>9.4f} {:>9.4f} {:>12} | {:>13} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
+          x.arms[p->arm].name, safe_ratio(p->hit_rate, c.infinite_hit_rate),
+          safe_ratio(p->hit_rate, c.offline_hit_rate), within ? "yes" : "NO (bug)", "", m.cold, m.evicted,
+          m.granularity, m.preempted, m.in_flight, m.unpublished, m.no_cache, m.total);
     }
     out << "\n";
   }

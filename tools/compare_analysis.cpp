@@ -105,6 +105,8 @@ point_analysis analyse_point(const traces::loaded_trace& trace, const traces::pr
     infinite_total += bound;
     if (hit > bound) {
       ++a.over_bound_requests;
+    } else if (hit < bound && sharing.at == m::never) {
+      a.misses.no_cache += bound - hit;  // no prefix cache: timing and granularity do not apply
     } else if (hit < bound) {
       const std::uint64_t unit = sharing.at == m::never ? 1 : std::max<std::uint32_t>(sharing.unit_tokens, 1);
       const std::uint64_t shareable = std::max(hit, bound / unit * unit);

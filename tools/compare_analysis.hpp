@@ -69,8 +69,11 @@ struct log_histogram {
 /// Missed prompt tokens by cause (docs/compare.md, "Why a token missed").
 struct miss_causes {
   std::uint64_t cold = 0, evicted = 0, granularity = 0, preempted = 0, in_flight = 0, unpublished = 0;
-  std::uint64_t total = 0;  ///< prompt - hit + recomputed
-  [[nodiscard]] std::uint64_t sum() const { return cold + evicted + granularity + preempted + in_flight + unpublished; }
+  std::uint64_t no_cache = 0;  ///< the infinite cache's hits of a policy without a prefix cache
+  std::uint64_t total = 0;     ///< prompt - hit + recomputed
+  [[nodiscard]] std::uint64_t sum() const {
+    return cold + evicted + granularity + preempted + in_flight + unpublished + no_cache;
+  }
 };
 
 /// Everything computed for one point after its replay.

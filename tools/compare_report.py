@@ -53,7 +53,7 @@ import tempfile
 GIB = float(1 << 30)
 MAX_SERIES_POINTS = 1000
 UNLIMITED_BYTES = (1 << 64) - 1
-CAUSES = ["cold", "evicted", "granularity", "preempted", "in_flight", "unpublished"]
+CAUSES = ["cold", "evicted", "granularity", "preempted", "in_flight", "unpublished", "no_cache"]
 BREAKDOWN_PARTS = ["used", "internal", "reserved_idle", "external", "cached", "free"]
 PNG_DPI = 110
 FIGURE_NAMES = [
@@ -465,7 +465,8 @@ def panel_layout(c):
 def fig_misses_by_cause(c, fw, colors):
     """Per cell two panels: every cause, and every cause but cold (what a policy could have hit)."""
     cause_colors = {"cold": "#7f7f7f", "evicted": "#d62728", "granularity": "#ff7f0e", "preempted": "#9467bd",
-                    "in_flight": "#17becf", "unpublished": "#bcbd22"}
+                    "in_flight": "#17becf", "unpublished": "#bcbd22",
+                    "no_cache": "#7f7f7f"}
     ncols, nrows, where = panel_layout(c)
     fig, axes = fw.plt.subplots(2 * nrows, ncols, figsize=(max(3.2, 0.8 * len(c.arms) + 1.2) * ncols + 1.6,
                                                            5.6 * nrows), squeeze=False)
@@ -874,7 +875,7 @@ def render_html(c, figures):
             "<th class=\"l\">causes add up?</th></tr>\n")
         for arm, p in pts:
             m = metric_obj(p, ["misses"]) or {}
-            vals = [m.get(k) for k in CAUSES]
+            vals = [m.get(k, 0) for k in CAUSES]  # a cause a file lacks counted none
             total = m.get("total")
             known = [v for v in vals if finite(v)]
             adds_up = "yes" if finite(total) and len(known) == len(vals) and sum(known) == total else \

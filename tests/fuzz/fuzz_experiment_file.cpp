@@ -26,16 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f << text;
   }
-  const std::vector<std::string> args{"compare",
-                                      "--arms",
-                                      path,
-                                      "--trace",
-                                      VTENSOR_SOURCE_DIR "/tests/data/traces/mooncake_small.jsonl",
-                                      "--max-requests",
-                                      "4",
-                                      "--no-wall",
-                                      "--jobs",
-                                      "1"};
+  const std::vector<std::string> args{
+      "compare",        "--arms", path,        "--trace", VTENSOR_SOURCE_DIR "/tests/data/traces/mooncake_small.jsonl",
+      "--max-requests", "4",      "--no-wall", "--jobs",  "1"};
   std::ostringstream out, err;
   const int code = vtensor::tools::run_cli(args, {out, err});
   if (code != 0 && code != 1 && code != 2) __builtin_trap();

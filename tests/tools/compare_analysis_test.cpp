@@ -67,7 +67,9 @@ TEST_CASE("miss causes: in flight, unpublished and evicted by the first holder's
   const vtt::sharing_model admission{moment::admission, 1};
   CHECK(classify(50, 0, admission).evicted == 7);  // shared at admission: available, yet missed
   const vtt::sharing_model never{moment::never, 1};
-  CHECK(classify(600, 0, never).unpublished == 7);  // computed, never shared
+  CHECK(classify(600, 0, never).no_cache == 7);  // a policy without a prefix cache
+  CHECK(classify(50, 0, never).no_cache == 7);   // whatever the timing
+  CHECK(classify(50, 0, never).sum() == classify(50, 0, never).total);
 }
 
 TEST_CASE("miss causes: tokens below the sharing unit are granularity") {

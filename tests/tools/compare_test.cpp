@@ -83,7 +83,8 @@ TEST_CASE("compare: bounds beside the arms, every hit rate within the infinite b
     const auto& m = p["misses"];
     const std::uint64_t sum = m["cold"].get<std::uint64_t>() + m["evicted"].get<std::uint64_t>() +
                               m["granularity"].get<std::uint64_t>() + m["preempted"].get<std::uint64_t>() +
-                              m["in_flight"].get<std::uint64_t>() + m["unpublished"].get<std::uint64_t>();
+                              m["in_flight"].get<std::uint64_t>() + m["unpublished"].get<std::uint64_t>() +
+                              m["no_cache"].get<std::uint64_t>();
     CHECK(sum == m["total"].get<std::uint64_t>());
     const auto& s = p["summary"];
     CHECK(m["total"].get<std::uint64_t>() == s["prompt_tokens"].get<std::uint64_t>() -
