@@ -149,7 +149,7 @@ void async_mapper::unmap_skipping_failed(const unmap_entry& u, std::uint64_t& ch
       std::erase_if(failed_, [](const failed_job& f) { return f.job.maps.empty(); });
     }
   }
-  for (const auto& [va, bytes] : runs) locked_call(charged, [&] { backend_.unmap(va, bytes); });
+  for (const auto& run : runs) locked_call(charged, [&] { backend_.unmap(run.first, run.second); });
   std::lock_guard lock(mutex_);
   for (const auto& r : runs) counters_.unmapped_chunks += r.second / chunk;
 }

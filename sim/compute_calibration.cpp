@@ -36,7 +36,8 @@ class reader {
     return *it;
   }
   void only(const nlohmann::json& obj, const std::string& where, std::initializer_list<const char*> keys) const {
-    for (const auto& [k, v] : obj.items()) {
+    for (const auto& item : obj.items()) {
+      const std::string& k = item.key();  // not a structured binding: clang 14 cannot capture one
       if (std::none_of(keys.begin(), keys.end(), [&](const char* known) { return k == known; })) {
         fail(join(where, k), "unknown key");
       }
@@ -245,7 +246,9 @@ compute_calibration compute_calibration_from_json(const nlohmann::json& j, const
     p.kv_bytes = rd.positive(pts[i], where, "kv_bytes");
     p.contiguous_s = rd.positive(pts[i], where, "contiguous_s");
     const nlohmann::json& paged = rd.object(pts[i], where, "paged_s");
-    for (const auto& [k, v] : paged.items()) {
+    for (const auto& item : paged.items()) {
+      const std::string& k = item.key();  // not a structured binding: clang 14 cannot capture one
+      const nlohmann::json& v = item.value();
       const auto b = std::find_if(c.block_tokens.begin(), c.block_tokens.end(),
                                   [&](std::uint32_t x) { return std::to_string(x) == k; });
       if (b == c.block_tokens.end()) rd.fail(where + ".paged_s." + k, "not one of decode_attention.block_tokens");
