@@ -32,7 +32,8 @@ vmm_error::vmm_error(vmm_call call, device_addr addr, const std::string& why)
 
 void vmm_backend::check_aligned(vmm_call call, device_addr va, std::uint64_t bytes) const {
   const std::uint64_t granularity = granularity_bytes();
-  const bool power_of_two = std::has_single_bit(granularity);
+  // Not std::has_single_bit: without -mpopcnt it is a libgcc call (__popcountdi2) on every VMM call.
+  const bool power_of_two = granularity != 0 && (granularity & (granularity - 1)) == 0;
   const auto misaligned = [&](std::uint64_t x) {
     return power_of_two ? (x & (granularity - 1)) != 0 : x % granularity != 0;
   };

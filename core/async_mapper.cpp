@@ -23,10 +23,19 @@ void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
   }
 }
 
-async_mapper::async_mapper(vmm_backend& backend, std::mutex& backend_mutex)
-    : backend_(backend), backend_mutex_(backend_mutex), thread_([this] { run(); }) {}
+namespace {
+thread_local bool t_on_worker = false;  // async_mapper::on_worker()
+}  // namespace
+
+bool async_mapper::on_worker() { return t_on_worker; }
+
+async_mapper::async_mapper(vmm_backend& backend, std::mutex& backend_mutex, bool inline_jobs)
+    : backend_(backend), backend_mutex_(backend_mutex), inline_(inline_jobs) {
+  if (!inline_) thread_ = std::thread([this] { run(); });
+}
 
 async_mapper::~async_mapper() {
+  if (!thread_.joinable()) return;  // inline: every job ran in submit()
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
@@ -40,10 +49,37 @@ std::uint64_t async_mapper::submit(mapping_job job) {
   {
     std::lock_guard lock(mutex_);
     ticket = ++submitted_;
-    queue_.emplace_back(ticket, std::move(job));
+    if (!inline_) queue_.emplace_back(ticket, std::move(job));
   }
-  work_cv_.notify_one();
+  if (inline_) {
+    run_inline(ticket, job);
+  } else {
+    work_cv_.notify_one();
+  }
   return ticket;
+}
+
+void async_mapper::run_inline(std::uint64_t ticket, const mapping_job& job) {
+  std::vector<chunk_handle> created;
+  std::uint64_t charged = 0;
+  std::exception_ptr error;
+  {
+    struct worker_scope {  // the calls below are the worker's, also when one throws
+      worker_scope() { t_on_worker = true; }
+      ~worker_scope() { t_on_worker = false; }
+      worker_scope(const worker_scope&) = delete;
+      worker_scope& operator=(const worker_scope&) = delete;
+    } scope;
+    std::lock_guard backend_lock(backend_mutex_);
+    const std::uint64_t before = backend_.counters().total_time_ns();
+    try {
+      run_job(ticket, job, created, charged);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    charged = backend_.counters().total_time_ns() - before;
+  }
+  complete(ticket, job, created, charged, error);
 }
 
 bool async_mapper::done(std::uint64_t ticket) const {
@@ -102,6 +138,10 @@ async_counters async_mapper::counters() const {
 
 template <class F>
 void async_mapper::locked_call(std::uint64_t& charged, F&& f) {
+  if (inline_) {  // run_inline holds the backend lock and measures the whole job
+    f();
+    return;
+  }
   std::lock_guard backend_lock(backend_mutex_);  // one driver call at a time (Note [Driver contention])
   const std::uint64_t before = backend_.counters().total_time_ns();
   f();
@@ -204,6 +244,7 @@ std::size_t async_mapper::unmapped_failed() const {
 }
 
 void async_mapper::run() {
+  t_on_worker = true;
   for (;;) {
     std::pair<std::uint64_t, mapping_job> item;
     {
@@ -222,16 +263,21 @@ void async_mapper::run() {
     } catch (...) {
       error = std::current_exception();
     }
-    {
-      std::lock_guard lock(mutex_);
-      counters_.mapped_chunks += job.chunks();
-      counters_.worker_vmm_ns += charged;
-      created_.insert(created_.end(), created.begin(), created.end());
-      if (error && !error_) error_ = error;
-      completed_ = item.first;
-    }
-    done_cv_.notify_all();
+    complete(item.first, job, created, charged, error);
   }
+}
+
+void async_mapper::complete(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
+                            std::uint64_t charged, std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    counters_.mapped_chunks += job.chunks();
+    counters_.worker_vmm_ns += charged;
+    created_.insert(created_.end(), created.begin(), created.end());
+    if (error && !error_) error_ = error;
+    completed_ = ticket;
+  }
+  if (!inline_) done_cv_.notify_all();
 }
 
 }  // namespace vtensor

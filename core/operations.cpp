@@ -231,8 +231,8 @@ std::size_t operations::trim() {
   return released;
 }
 
-void operations::enable_async() {
-  if (!mapper_) mapper_ = std::make_unique<async_mapper>(backend_, backend_mutex_);
+void operations::enable_async(bool inline_jobs) {
+  if (!mapper_) mapper_ = std::make_unique<async_mapper>(backend_, backend_mutex_, inline_jobs);
 }
 
 std::uint64_t operations::submit(mapping_job job) {

@@ -86,8 +86,9 @@ class operations {
   void unrecord(mapping& m);
 
   // --- asynchronous worker (off unless enable_async) ---
-  /// Starts the mapping worker.
-  void enable_async();
+  /// Starts the mapping worker; with `inline_jobs` it runs each job as it is submitted, on the
+  /// submitting thread (Note [Inline worker] in async_mapper.hpp).
+  void enable_async(bool inline_jobs = false);
   [[nodiscard]] bool async() const { return mapper_ != nullptr; }
   /// Queues deferred driver work; returns its ticket (0 for an empty job).
   std::uint64_t submit(mapping_job job);

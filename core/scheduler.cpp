@@ -19,7 +19,7 @@ scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_confi
     throw std::invalid_argument(fmt::format("scheduler: lookahead batch {} must be between 1 and the lookahead ({})",
                                             config_.lookahead_batch, config_.lookahead_pages));
   }
-  if (config_.runs_worker()) ops_.enable_async();
+  if (config_.runs_worker()) ops_.enable_async(config_.inline_worker);
 }
 
 scheduler::~scheduler() { ops_.untrack_all(); }  // live records unlink before they are destroyed

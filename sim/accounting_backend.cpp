@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "core/async_mapper.hpp"
+
 namespace vtensor::sim {
 
 std::uint64_t vmm_side::total_charged_ns() const {
@@ -46,7 +48,7 @@ decltype(auto) accounting_backend::booked(vmm_call call, std::uint64_t chunks, F
 
 void accounting_backend::book(vmm_call call, std::uint64_t calls, std::uint64_t charged, std::uint64_t price) {
   const auto k = static_cast<std::size_t>(call);
-  if (std::this_thread::get_id() == step_thread_) {
+  if (!async_mapper::on_worker() && std::this_thread::get_id() == step_thread_) {
     step_.calls[k] += calls;
     step_.charged_ns[k] += charged;
     step_.model_ns[k] += price;

@@ -5,7 +5,8 @@
 /// modelled price drives the simulated clock on every backend, so that a replay over `cuda` makes
 /// the same decisions as one over `sim` (Note [VMM time on the critical path], replica.hpp).
 ///
-/// The step thread is the thread that built the adaptor; every other thread counts as the
+/// The step thread is the thread that built the adaptor, except while it runs a worker job
+/// inline (core/async_mapper.hpp, Note [Inline worker]); every other thread counts as the
 /// worker. Step-thread figures are plain fields, read by the step
 /// thread; worker figures are atomics, readable from any thread (settled once the worker drained).
 
