@@ -56,10 +56,18 @@ std::optional<chunk_id> operations::alloc_chunk_evicting() {
   }
 }
 
+// Note [Allocating a run of chunks]
+// A request's pages come in runs (a prompt, a lookahead batch): the free pool gives what it holds
+// of the run in one step, in the order single takes would, and only the rest goes chunk by chunk
+// (create, evict). Nothing adds to the pool between two takes of one call (the worker's creations
+// are adopted first, an eviction only once the pool is empty), so the chunks and the counts are
+// those of a loop of alloc_chunk().
 bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_id>& out) {
   const std::size_t start = out.size();
   out.reserve(start + count);
-  for (std::size_t i = 0; i < count; ++i) {
+  adopt_created();
+  counters_.pool_hits += pset_.take_free(count, out);
+  for (std::size_t i = out.size() - start; i < count; ++i) {
     auto c = evict ? alloc_chunk_evicting() : alloc_chunk();
     if (!c) {
       for (std::size_t j = start; j < out.size(); ++j) unuse(out[j]);

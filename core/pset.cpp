@@ -1,5 +1,6 @@
 #include "core/pset.hpp"
 
+#include <algorithm>
 #include <cassert>
 #include <stdexcept>
 
@@ -25,6 +26,18 @@ std::optional<chunk_id> pset::take_free() {
   free_.pop_back();
   chunks_[id.value].in_free_pool = false;
   return id;
+}
+
+std::size_t pset::take_free(std::size_t n, std::vector<chunk_id>& out) {
+  n = std::min(n, free_.size());
+  const auto first = free_.end() - static_cast<std::ptrdiff_t>(n);
+  for (auto it = free_.end(); it != first;) {
+    const chunk_id id = *--it;
+    chunks_[id.value].in_free_pool = false;
+    out.push_back(id);
+  }
+  free_.erase(first, free_.end());
+  return n;
 }
 
 chunk_handle pset::forget(chunk_id id) {

@@ -45,6 +45,9 @@ class pset {
   chunk_id adopt(chunk_handle h);
   /// Takes a chunk from the free pool (most recently freed first), or nullopt.
   [[nodiscard]] std::optional<chunk_id> take_free();
+  /// Takes up to `n` chunks from the free pool onto `out`, in the order n take_free() calls
+  /// would; returns how many.
+  std::size_t take_free(std::size_t n, std::vector<chunk_id>& out);
   /// Removes the record of a free-pool chunk about to be released to the driver; returns its handle.
   chunk_handle forget(chunk_id id);
 
