@@ -61,11 +61,20 @@ std::optional<chunk_id> operations::alloc_chunk_evicting() {
 // of the run in one step, in the order single takes would, and only the rest goes chunk by chunk
 // (create, evict). Nothing adds to the pool between two takes of one call (the worker's creations
 // are adopted first, an eviction only once the pool is empty), so the chunks and the counts are
-// those of a loop of alloc_chunk().
+// those of a loop of alloc_chunk(). A call that cannot succeed (the pool holds less than the run,
+// the device is at its capacity and, when it may evict, nothing is evictable) is common once memory
+// is full: every admission tried takes the whole pool and gives it back, which leaves the pool
+// reversed and counts its chunks as pool hits. It does just that, without touching each chunk.
 bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_id>& out) {
   const std::size_t start = out.size();
-  out.reserve(start + count);
   adopt_created();
+  if (const std::size_t pool = pset_.free_count();
+      pool < count && pset_.live() >= capacity_chunks_ && (!evict || tree_.evictable_count() == 0)) {
+    counters_.pool_hits += pool;
+    pset_.reverse_free_pool();
+    return false;
+  }
+  out.reserve(start + count);
   counters_.pool_hits += pset_.take_free(count, out);
   for (std::size_t i = out.size() - start; i < count; ++i) {
     auto c = evict ? alloc_chunk_evicting() : alloc_chunk();

@@ -5,6 +5,7 @@
 /// memory and is reused before any new chunk is created); only `operations::trim()` and shutdown
 /// give chunks back to the driver.
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -48,6 +49,9 @@ class pset {
   /// Takes up to `n` chunks from the free pool onto `out`, in the order n take_free() calls
   /// would; returns how many.
   std::size_t take_free(std::size_t n, std::vector<chunk_id>& out);
+  /// Reverses the free pool's order: what taking every chunk and putting each back in the order
+  /// taken leaves, without touching a record.
+  void reverse_free_pool() { std::reverse(free_.begin(), free_.end()); }
   /// Removes the record of a free-pool chunk about to be released to the driver; returns its handle.
   chunk_handle forget(chunk_id id);
 
