@@ -95,6 +95,7 @@ void operations::unuse(chunk_id c) {
 
 void operations::drop_pages(std::vector<page_version>& pages) {
   for (auto& v : pages) {
+    for (chunk_id c : v.chunks) pset_.prefetch(c);  // Note [Dense chunk records]
     for (chunk_id c : v.chunks) {
       --pset_[c].tree_refs;
       pset_.drop_ref(c);
@@ -162,16 +163,25 @@ void operations::make_shared(mapping& m) {
   if (pset_[m.chunk].shared_mappings++ == 0) ++shared_chunks_;
 }
 
+void operations::unrecord_run(std::span<mapping* const> maps) {
+  constexpr std::size_t k_ahead = 4;  // Note [Dense chunk records]
+  for (std::size_t i = 0; i < maps.size() && i < k_ahead; ++i) pset_.prefetch(maps[i]->chunk);
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    if (i + k_ahead < maps.size()) pset_.prefetch(maps[i + k_ahead]->chunk);
+    unrecord(*maps[i]);
+  }
+}
+
 void operations::unmap_run(std::span<mapping* const> maps) {
   if (maps.empty()) return;
   vmm([&](vmm_backend& b) { b.unmap(maps.front()->va, maps.size() * geometry_.chunk_bytes()); });
-  for (mapping* m : maps) unrecord(*m);
+  unrecord_run(maps);
 }
 
 void operations::unmap_run_deferred(std::span<mapping* const> maps, mapping_job& job) {
   if (maps.empty()) return;
   job.unmaps.push_back({maps.front()->va, maps.size() * geometry_.chunk_bytes()});
-  for (mapping* m : maps) unrecord(*m);
+  unrecord_run(maps);
 }
 
 void operations::free_range_deferred(device_addr base, mapping_job& job) {
@@ -198,6 +208,7 @@ std::size_t operations::retry_failed() {
 }
 
 void operations::record_page(radix_node& node, page_version version) {
+  for (chunk_id c : version.chunks) pset_.prefetch(c);  // Note [Dense chunk records]
   for (chunk_id c : version.chunks) {
     ++pset_[c].tree_refs;
     pset_.add_ref(c);

@@ -179,6 +179,8 @@ class operations {
 
  private:
   void drop_pages(std::vector<page_version>& pages);
+  /// unrecord() of each mapping of a run, prefetching the chunk records ahead.
+  void unrecord_run(std::span<mapping* const> maps);
   mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared);
   void adopt_created();
   void check_backend() const;
