@@ -20,6 +20,7 @@ namespace {
 void map_runs(vmm_backend& backend, const std::vector<mapping_entry>& maps, std::size_t& done) {
   const std::uint64_t chunk = backend.chunk_bytes();
   std::vector<chunk_handle> handles;
+  handles.reserve(maps.size() - done);
   while (done < maps.size()) {
     std::size_t end = done + 1;
     while (end < maps.size() && maps[end].va == maps[end - 1].va + chunk) ++end;

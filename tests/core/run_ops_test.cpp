@@ -57,7 +57,8 @@ TEST_CASE("map_run_with_access: a failing chunk leaves the ones before it mapped
   }
   std::size_t done = 0;
   try {
-    for (; done < one.handles.size(); ++done) one.sim.map_with_access(one.base + done * k_chunk_bytes, one.handles[done]);
+    for (; done < one.handles.size(); ++done)
+      one.sim.map_with_access(one.base + done * k_chunk_bytes, one.handles[done]);
   } catch (const vmm_error&) {
   }
   std::size_t mapped = 0;
@@ -138,9 +139,9 @@ TEST_CASE("async_mapper inline: a job runs in submit, as the worker's, and a fai
   CHECK(sim.accessible(base));
   CHECK(mapper.take_created().size() == 2);
   CHECK(mapper.counters().mapped_chunks == 1);
-  CHECK(mapper.counters().worker_vmm_ns ==
-        sim.counters().time_ns_of(vmm_call::map) + sim.counters().time_ns_of(vmm_call::set_access) +
-            2 * latency_model::h200().cost_ns(vmm_call::create));
+  CHECK(mapper.counters().worker_vmm_ns == sim.counters().time_ns_of(vmm_call::map) +
+                                               sim.counters().time_ns_of(vmm_call::set_access) +
+                                               2 * latency_model::h200().cost_ns(vmm_call::create));
   mapper.wait(ticket, true);
   CHECK(mapper.counters().waits == 0);  // never blocked
 
