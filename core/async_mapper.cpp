@@ -6,12 +6,6 @@
 
 namespace vtensor {
 
-// Note [One set-access per chunk]
-// cuMemSetAccess may span many mappings, and costs per mapping whatever its span. On the GPU one
-// call over a run of freshly mapped chunks measured dearer than one call per chunk, and a map +
-// set-access per chunk cost no more than the raw driver loop (figures and their run: results/
-// README.md, "Figures behind the notes of core/ and sim/"). So every chunk gets its set-access
-// right after its map.
 namespace {
 
 // Maps `maps` from `done` on, in runs of adjacent addresses (Note [Runs of maps] in
@@ -39,6 +33,12 @@ void map_runs(vmm_backend& backend, const std::vector<mapping_entry>& maps, std:
 
 }  // namespace
 
+// Note [One set-access per chunk]
+// cuMemSetAccess may span many mappings, and costs per mapping whatever its span. On the GPU one
+// call over a run of freshly mapped chunks measured dearer than one call per chunk, and a map +
+// set-access per chunk cost no more than the raw driver loop (figures and their run: results/
+// README.md, "Figures behind the notes of core/ and sim/"). So every chunk gets its set-access
+// right after its map.
 void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
   const std::uint64_t chunk = backend.chunk_bytes();
   std::size_t done = 0;
