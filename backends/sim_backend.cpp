@@ -147,6 +147,22 @@ void sim_backend::do_map_with_access(device_addr va, chunk_handle h) {
   charge(vmm_call::set_access, cost(vmm_call::set_access));
 }
 
+void sim_backend::do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
+  struct charge_guard {  // the chunks done are charged also when one fails (its check charges nothing)
+    sim_backend& self;
+    const std::size_t& mapped;
+    ~charge_guard() {
+      self.charge(vmm_call::map, self.cost(vmm_call::map) * mapped);
+      self.charge(vmm_call::set_access, self.cost(vmm_call::set_access) * mapped);
+    }
+  } guard{*this, mapped};
+  for (; mapped < handles.size(); ++mapped) {
+    const address_space::map_slot slot = space_.check_map(va + mapped * k_chunk_bytes, handles[mapped]);
+    space_.commit_map(slot, handles[mapped]);
+    slot.span->accessible = true;
+  }
+}
+
 void sim_backend::do_set_access(device_addr va, std::uint64_t bytes) {
   address_space::commit_set_access(space_.check_mapped(vmm_call::set_access, va, bytes));
   charge(vmm_call::set_access, cost(vmm_call::set_access) * (bytes / k_chunk_bytes));

@@ -32,7 +32,8 @@ vmm_error::vmm_error(vmm_call call, device_addr addr, const std::string& why)
 
 void vmm_backend::check_aligned(vmm_call call, device_addr va, std::uint64_t bytes) const {
   const std::uint64_t granularity = granularity_bytes();
-  const bool power_of_two = std::has_single_bit(granularity);
+  // Not std::has_single_bit: without -mpopcnt it is a libgcc call (__popcountdi2) on every VMM call.
+  const bool power_of_two = granularity != 0 && (granularity & (granularity - 1)) == 0;
   const auto misaligned = [&](std::uint64_t x) {
     return power_of_two ? (x & (granularity - 1)) != 0 : x % granularity != 0;
   };
@@ -112,6 +113,52 @@ void vmm_backend::map_with_access(device_addr va, chunk_handle h) {
     throw;
   }
   count(vmm_call::set_access);
+}
+
+// Note [Runs of maps]
+// The pool maps a request's pages in runs of adjacent chunks (a tensor's pages, ascending). A
+// run is the calls of its chunks, in order, with their checks, counts and charges: only the work
+// between them may be shared. The simulated device checks and books the run at once (one charge
+// per kind, one lookup of the range); an adaptor forwards the run when it books whole calls
+// (accounting) and otherwise lets the default split it into its per-chunk hooks (counting, fault
+// injection), so that what each call does is unchanged; the cuda backend makes its driver calls
+// chunk by chunk as before. The counts are taken here, as for map_with_access (Note [Counting in
+// the base class]): the chunks done, plus the failing chunk's map and, when its access failed,
+// its set-access and the unmap that undid it. A run whose address is misaligned, or whose end
+// wraps, goes chunk by chunk through map_with_access, which raises the same error at the same
+// chunk.
+void vmm_backend::map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
+  mapped = 0;
+  if (handles.empty()) return;
+  const std::uint64_t chunk = chunk_bytes();
+  const std::uint64_t granularity = granularity_bytes();
+  const std::uint64_t bytes = chunk * handles.size();
+  if (va % granularity != 0 || chunk % granularity != 0 || bytes / chunk != handles.size() ||
+      bytes > std::numeric_limits<std::uint64_t>::max() - va) [[unlikely]] {
+    for (; mapped < handles.size(); ++mapped) map_with_access(va + mapped * chunk, handles[mapped]);
+    return;
+  }
+  try {
+    do_map_run_with_access(va, handles, mapped);
+  } catch (const vmm_error& e) {
+    count(vmm_call::map, mapped + 1);
+    count(vmm_call::set_access, mapped);
+    if (e.call() == vmm_call::set_access) {
+      count(vmm_call::set_access);
+      count(vmm_call::unmap);
+    }
+    throw;
+  } catch (...) {
+    count(vmm_call::map, mapped + 1);
+    count(vmm_call::set_access, mapped);
+    throw;
+  }
+  count(vmm_call::map, handles.size());
+  count(vmm_call::set_access, handles.size());
+}
+
+void vmm_backend::do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
+  for (; mapped < handles.size(); ++mapped) do_map_with_access(va + mapped * chunk_bytes(), handles[mapped]);
 }
 
 void vmm_backend::do_map_with_access(device_addr va, chunk_handle h) {

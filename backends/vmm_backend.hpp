@@ -30,6 +30,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -146,6 +147,12 @@ class vmm_backend {
   /// vmm_error for set_access. A backend may do both with less work between its driver calls
   /// (Note [Map with access]).
   void map_with_access(device_addr va, chunk_handle h);
+  /// map_with_access(va + i * chunk_bytes(), handles[i]) for each i in order: counted and charged
+  /// as those calls, whose checks and errors it has. `mapped` counts the chunks mapped with access
+  /// so far; when a call fails the first `mapped` stay mapped (the failing one undid itself) and
+  /// the error propagates. A backend may book the run at once (Note [Runs of maps]); a driver's
+  /// backend keeps one call per chunk.
+  void map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped);
 
   /// Calls and charged time so far.
   [[nodiscard]] const vmm_counters& counters() const { return counters_; }
@@ -158,7 +165,7 @@ class vmm_backend {
   void charge(vmm_call call, std::uint64_t ns) { counters_.time_ns[static_cast<std::size_t>(call)] += ns; }
 
  private:
-  void count(vmm_call call) { ++counters_.calls[static_cast<std::size_t>(call)]; }
+  void count(vmm_call call, std::uint64_t calls = 1) { counters_.calls[static_cast<std::size_t>(call)] += calls; }
   void check_aligned(vmm_call call, device_addr va, std::uint64_t bytes) const;
 
   [[nodiscard]] virtual std::string do_name() const = 0;
@@ -176,6 +183,10 @@ class vmm_backend {
   /// vmm_error for `map` when nothing was mapped, one for `set_access` when the access failed and
   /// the mapping was undone (Note [Counting in the base class]).
   virtual void do_map_with_access(device_addr va, chunk_handle h);
+  /// Maps a run with access (map_run_with_access, whose alignment is checked), counting the chunks
+  /// done in `mapped`; on an error the chunk that failed is reported as by do_map_with_access. The
+  /// default runs do_map_with_access per chunk.
+  virtual void do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped);
   [[nodiscard]] virtual vmm_live do_live() const = 0;
 
   vmm_counters counters_;

@@ -6,6 +6,33 @@
 
 namespace vtensor {
 
+namespace {
+
+// Maps `maps` from `done` on, in runs of adjacent addresses (Note [Runs of maps] in
+// backends/vmm_backend.cpp: the same calls, booked at once where the backend can); `done` counts
+// the chunks mapped, also when a call fails.
+void map_runs(vmm_backend& backend, const std::vector<mapping_entry>& maps, std::size_t& done) {
+  const std::uint64_t chunk = backend.chunk_bytes();
+  std::vector<chunk_handle> handles;
+  handles.reserve(maps.size() - done);
+  while (done < maps.size()) {
+    std::size_t end = done + 1;
+    while (end < maps.size() && maps[end].va == maps[end - 1].va + chunk) ++end;
+    handles.clear();
+    for (std::size_t i = done; i < end; ++i) handles.push_back(maps[i].handle);
+    std::size_t mapped = 0;
+    try {
+      backend.map_run_with_access(maps[done].va, handles, mapped);
+    } catch (...) {
+      done += mapped;
+      throw;
+    }
+    done += mapped;
+  }
+}
+
+}  // namespace
+
 // Note [One set-access per chunk]
 // cuMemSetAccess may span many mappings, and costs per mapping whatever its span. On the GPU one
 // call over a run of freshly mapped chunks measured dearer than one call per chunk, and a map +
@@ -16,17 +43,26 @@ void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
   const std::uint64_t chunk = backend.chunk_bytes();
   std::size_t done = 0;
   try {
-    for (; done < job.maps.size(); ++done) backend.map_with_access(job.maps[done].va, job.maps[done].handle);
+    map_runs(backend, job.maps, done);
   } catch (...) {  // the failed call undid itself
     for (std::size_t i = 0; i < done; ++i) backend.unmap(job.maps[i].va, chunk);
     throw;
   }
 }
 
-async_mapper::async_mapper(vmm_backend& backend, std::mutex& backend_mutex)
-    : backend_(backend), backend_mutex_(backend_mutex), thread_([this] { run(); }) {}
+namespace {
+thread_local bool t_on_worker = false;  // async_mapper::on_worker()
+}  // namespace
+
+bool async_mapper::on_worker() { return t_on_worker; }
+
+async_mapper::async_mapper(vmm_backend& backend, std::mutex& backend_mutex, bool inline_jobs)
+    : backend_(backend), backend_mutex_(backend_mutex), inline_(inline_jobs) {
+  if (!inline_) thread_ = std::thread([this] { run(); });
+}
 
 async_mapper::~async_mapper() {
+  if (!thread_.joinable()) return;  // inline: every job ran in submit()
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
@@ -40,10 +76,37 @@ std::uint64_t async_mapper::submit(mapping_job job) {
   {
     std::lock_guard lock(mutex_);
     ticket = ++submitted_;
-    queue_.emplace_back(ticket, std::move(job));
+    if (!inline_) queue_.emplace_back(ticket, std::move(job));
   }
-  work_cv_.notify_one();
+  if (inline_) {
+    run_inline(ticket, job);
+  } else {
+    work_cv_.notify_one();
+  }
   return ticket;
+}
+
+void async_mapper::run_inline(std::uint64_t ticket, const mapping_job& job) {
+  std::vector<chunk_handle> created;
+  std::uint64_t charged = 0;
+  std::exception_ptr error;
+  {
+    struct worker_scope {  // the calls below are the worker's, also when one throws
+      worker_scope() { t_on_worker = true; }
+      ~worker_scope() { t_on_worker = false; }
+      worker_scope(const worker_scope&) = delete;
+      worker_scope& operator=(const worker_scope&) = delete;
+    } scope;
+    std::lock_guard backend_lock(backend_mutex_);
+    const std::uint64_t before = backend_.counters().total_time_ns();
+    try {
+      run_job(ticket, job, created, charged);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    charged = backend_.counters().total_time_ns() - before;
+  }
+  complete(ticket, job, created, charged, error);
 }
 
 bool async_mapper::done(std::uint64_t ticket) const {
@@ -118,6 +181,10 @@ async_counters async_mapper::counters() const {
 // step thread lets go while it waits for a worker job (wait()), or it would wait for ever.
 template <class F>
 void async_mapper::locked_call(std::uint64_t& charged, F&& f) {
+  if (inline_) {  // run_inline holds the backend lock and measures the whole job
+    f();
+    return;
+  }
   step_holds_driver_.wait(true, std::memory_order_acquire);  // Note [Driver hand-over]
   std::lock_guard backend_lock(backend_mutex_);              // one driver call at a time (Note [Driver contention])
   const std::uint64_t before = backend_.counters().total_time_ns();
@@ -159,8 +226,12 @@ void async_mapper::run_job(std::uint64_t ticket, const mapping_job& job, std::ve
   const std::uint64_t chunk = backend_.chunk_bytes();
   std::size_t done = 0;
   try {
-    for (; done < job.maps.size(); ++done) {
-      locked_call(charged, [&] { backend_.map_with_access(job.maps[done].va, job.maps[done].handle); });
+    if (inline_) {  // the backend lock is held: the job's runs at once (Note [Runs of maps])
+      map_runs(backend_, job.maps, done);
+    } else {  // one driver call per lock, so that the step thread's calls get in between
+      for (; done < job.maps.size(); ++done) {
+        locked_call(charged, [&] { backend_.map_with_access(job.maps[done].va, job.maps[done].handle); });
+      }
     }
   } catch (...) {  // the failed call undid itself; undo the others, keep the job for a retry
     for (std::size_t i = 0; i < done; ++i) locked_call(charged, [&] { backend_.unmap(job.maps[i].va, chunk); });
@@ -221,6 +292,7 @@ std::size_t async_mapper::unmapped_failed() const {
 }
 
 void async_mapper::run() {
+  t_on_worker = true;
   for (;;) {
     std::pair<std::uint64_t, mapping_job> item;
     {
@@ -239,16 +311,21 @@ void async_mapper::run() {
     } catch (...) {
       error = std::current_exception();
     }
-    {
-      std::lock_guard lock(mutex_);
-      counters_.mapped_chunks += job.chunks();
-      counters_.worker_vmm_ns += charged;
-      created_.insert(created_.end(), created.begin(), created.end());
-      if (error && !error_) error_ = error;
-      completed_ = item.first;
-    }
-    done_cv_.notify_all();
+    complete(item.first, job, created, charged, error);
   }
+}
+
+void async_mapper::complete(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
+                            std::uint64_t charged, std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    counters_.mapped_chunks += job.chunks();
+    counters_.worker_vmm_ns += charged;
+    created_.insert(created_.end(), created.begin(), created.end());
+    if (error && !error_) error_ = error;
+    completed_ = ticket;
+  }
+  if (!inline_) done_cv_.notify_all();
 }
 
 }  // namespace vtensor

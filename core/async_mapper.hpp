@@ -10,6 +10,17 @@
 /// ticket; an invariant check does not wait, and leaves out what a job in flight may still change
 /// (Note [Checking with jobs in flight] in operations.cpp). Every backend call, from either thread, holds
 /// `backend_mutex()`. A driver error in the worker is kept and rethrown by the next wait().
+///
+/// Note [Inline worker]: over a simulated device nothing the worker does depends on wall time
+/// (the simulated clock prices its calls from the job, sim/vtensor_policy.hpp), so handing each
+/// job to a thread only adds a lock per call and a thread switch per wait: on a whole-trace
+/// replay those hand-offs cost more than the jobs (figures: results/README.md, issue 13). With
+/// `inline_jobs` the mapper runs every job on the calling thread as it is submitted, holding the
+/// backend lock once for the job: the schedule a thread would follow if it were infinitely fast,
+/// one of the schedules the threaded worker may already take. Tickets, failed jobs, kept errors
+/// and counters behave as with the thread; a wait never blocks. The calls still count as the
+/// worker's: on_worker() is true while a job runs (the accounting adaptor books by it). A real
+/// device keeps the thread, whose calls overlap the step's.
 
 #include <atomic>
 #include <condition_variable>
@@ -78,7 +89,8 @@ struct async_counters {
 /// The worker. Created by operations when asynchronous lookahead is on.
 class async_mapper {
  public:
-  async_mapper(vmm_backend& backend, std::mutex& backend_mutex);
+  /// With `inline_jobs`, no thread: each job runs in submit() (Note [Inline worker]).
+  async_mapper(vmm_backend& backend, std::mutex& backend_mutex, bool inline_jobs = false);
   ~async_mapper();  ///< drains, then stops the thread
   async_mapper(const async_mapper&) = delete;
   async_mapper& operator=(const async_mapper&) = delete;
@@ -112,6 +124,11 @@ class async_mapper {
   [[nodiscard]] std::vector<chunk_handle> take_created();
   /// A copy of the counters.
   [[nodiscard]] async_counters counters() const;
+  /// Whether jobs run in submit() (Note [Inline worker]).
+  [[nodiscard]] bool inline_jobs() const { return inline_; }
+  /// True on the worker thread, and on any thread while it runs an inline job: the calls it makes
+  /// to the backend are the worker's.
+  [[nodiscard]] static bool on_worker();
 
   /// The step thread takes the driver for a whole operation (Note [Driver hand-over]): until
   /// release_driver(), the worker starts no new driver call; the one in flight finishes first.
@@ -125,6 +142,11 @@ class async_mapper {
 
  private:
   void run();
+  /// Runs job `ticket` on this thread, holding the backend lock throughout (Note [Inline worker]).
+  void run_inline(std::uint64_t ticket, const mapping_job& job);
+  /// Books a job run (by the thread or inline) as done.
+  void complete(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created, std::uint64_t charged,
+                std::exception_ptr error);
   void run_job(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
                std::uint64_t& charged);
   void unmap_skipping_failed(const unmap_entry& u, std::uint64_t& charged);
@@ -145,6 +167,7 @@ class async_mapper {
   std::unordered_map<device_addr, std::uint64_t> failed_vas_;  // their addresses -> ticket
   bool stop_ = false;
   std::atomic<bool> step_holds_driver_{false};  // Note [Driver hand-over]
+  bool inline_ = false;                         // jobs run in submit(), no thread
   async_counters counters_;
   std::thread thread_;
 };

@@ -56,10 +56,27 @@ std::optional<chunk_id> operations::alloc_chunk_evicting() {
   }
 }
 
+// Note [Allocating a run of chunks]
+// A request's pages come in runs (a prompt, a lookahead batch): the free pool gives what it holds
+// of the run in one step, in the order single takes would, and only the rest goes chunk by chunk
+// (create, evict). Nothing adds to the pool between two takes of one call (the worker's creations
+// are adopted first, an eviction only once the pool is empty), so the chunks and the counts are
+// those of a loop of alloc_chunk(). A call that cannot succeed (the pool holds less than the run,
+// the device is at its capacity and, when it may evict, nothing is evictable) is common once memory
+// is full: every admission tried takes the whole pool and gives it back, which leaves the pool
+// reversed and counts its chunks as pool hits. It does just that, without touching each chunk.
 bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_id>& out) {
   const std::size_t start = out.size();
+  adopt_created();
+  if (const std::size_t pool = pset_.free_count();
+      pool < count && pset_.live() >= capacity_chunks_ && (!evict || tree_.evictable_count() == 0)) {
+    counters_.pool_hits += pool;
+    pset_.reverse_free_pool();
+    return false;
+  }
   out.reserve(start + count);
-  for (std::size_t i = 0; i < count; ++i) {
+  counters_.pool_hits += pset_.take_free(count, out);
+  for (std::size_t i = out.size() - start; i < count; ++i) {
     auto c = evict ? alloc_chunk_evicting() : alloc_chunk();
     if (!c) {
       for (std::size_t j = start; j < out.size(); ++j) unuse(out[j]);
@@ -78,6 +95,7 @@ void operations::unuse(chunk_id c) {
 
 void operations::drop_pages(std::vector<page_version>& pages) {
   for (auto& v : pages) {
+    for (chunk_id c : v.chunks) pset_.prefetch(c);  // Note [Dense chunk records]
     for (chunk_id c : v.chunks) {
       --pset_[c].tree_refs;
       pset_.drop_ref(c);
@@ -145,16 +163,25 @@ void operations::make_shared(mapping& m) {
   if (pset_[m.chunk].shared_mappings++ == 0) ++shared_chunks_;
 }
 
+void operations::unrecord_run(std::span<mapping* const> maps) {
+  constexpr std::size_t k_ahead = 4;  // Note [Dense chunk records]
+  for (std::size_t i = 0; i < maps.size() && i < k_ahead; ++i) pset_.prefetch(maps[i]->chunk);
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    if (i + k_ahead < maps.size()) pset_.prefetch(maps[i + k_ahead]->chunk);
+    unrecord(*maps[i]);
+  }
+}
+
 void operations::unmap_run(std::span<mapping* const> maps) {
   if (maps.empty()) return;
   vmm([&](vmm_backend& b) { b.unmap(maps.front()->va, maps.size() * geometry_.chunk_bytes()); });
-  for (mapping* m : maps) unrecord(*m);
+  unrecord_run(maps);
 }
 
 void operations::unmap_run_deferred(std::span<mapping* const> maps, mapping_job& job) {
   if (maps.empty()) return;
   job.unmaps.push_back({maps.front()->va, maps.size() * geometry_.chunk_bytes()});
-  for (mapping* m : maps) unrecord(*m);
+  unrecord_run(maps);
 }
 
 void operations::free_range_deferred(device_addr base, mapping_job& job) {
@@ -181,6 +208,7 @@ std::size_t operations::retry_failed() {
 }
 
 void operations::record_page(radix_node& node, page_version version) {
+  for (chunk_id c : version.chunks) pset_.prefetch(c);  // Note [Dense chunk records]
   for (chunk_id c : version.chunks) {
     ++pset_[c].tree_refs;
     pset_.add_ref(c);
@@ -231,8 +259,8 @@ std::size_t operations::trim() {
   return released;
 }
 
-void operations::enable_async() {
-  if (!mapper_) mapper_ = std::make_unique<async_mapper>(backend_, backend_mutex_);
+void operations::enable_async(bool inline_jobs) {
+  if (!mapper_) mapper_ = std::make_unique<async_mapper>(backend_, backend_mutex_, inline_jobs);
 }
 
 std::uint64_t operations::submit(mapping_job job) {

@@ -86,8 +86,9 @@ class operations {
   void unrecord(mapping& m);
 
   // --- asynchronous worker (off unless enable_async) ---
-  /// Starts the mapping worker.
-  void enable_async();
+  /// Starts the mapping worker; with `inline_jobs` it runs each job as it is submitted, on the
+  /// submitting thread (Note [Inline worker] in async_mapper.hpp).
+  void enable_async(bool inline_jobs = false);
   [[nodiscard]] bool async() const { return mapper_ != nullptr; }
   /// Queues deferred driver work; returns its ticket (0 for an empty job).
   std::uint64_t submit(mapping_job job);
@@ -195,6 +196,8 @@ class operations {
 
  private:
   void drop_pages(std::vector<page_version>& pages);
+  /// unrecord() of each mapping of a run, prefetching the chunk records ahead.
+  void unrecord_run(std::span<mapping* const> maps);
   mapping& record_mapping(device_addr va, chunk_id c, request_id owner, bool shared);
   void adopt_created();
   void check_backend() const;

@@ -171,6 +171,12 @@ std::optional<page_version> radix_tree::attach(radix_node& node, page_version ve
   return std::nullopt;
 }
 
+bool radix_tree::covers(const radix_node& node, std::uint32_t page, std::uint64_t valid_bytes) {
+  auto it = std::lower_bound(node.pages.begin(), node.pages.end(), page,
+                             [](const page_version& p, std::uint32_t pg) { return p.page < pg; });
+  return it != node.pages.end() && it->page == page && it->valid_bytes >= valid_bytes;
+}
+
 void radix_tree::pin(radix_node& node) {
   for (radix_node* p = &node; p != &root_ && p != nullptr; p = p->parent) {
     ++p->pins;

@@ -84,6 +84,9 @@ class radix_tree {
   /// drops its references; if the node already holds as much, `version` itself is returned
   /// unattached.
   [[nodiscard]] std::optional<page_version> attach(radix_node& node, page_version version);
+  /// Whether `node` holds a version of `page` with at least `valid_bytes`: attach() would hand a
+  /// version of that page and size straight back.
+  [[nodiscard]] static bool covers(const radix_node& node, std::uint32_t page, std::uint64_t valid_bytes);
 
   /// Pins `node` and its ancestors.
   void pin(radix_node& node);

@@ -53,6 +53,10 @@ struct scheduler_config {
   /// chunked prefill; 0: the whole prompt). An admission's first job maps the pages its first
   /// chunk needs, a second job the rest (Note [Pipelined admission]).
   std::uint64_t pipeline_chunk_tokens = 0;
+  /// The worker runs each job on the calling thread as it is submitted, not on a thread of its
+  /// own: for a simulated device, whose clock does not read wall time (Note [Inline worker] in
+  /// async_mapper.hpp). Changes no decision and no simulated figure.
+  bool inline_worker = false;
 
   /// Whether the mapping worker runs: for asynchronous lookahead, creating chunks ahead or the
   /// pipeline. While it runs, every lookahead mapping is handed to it (Note [Deferred mappings]).

@@ -5,7 +5,8 @@
 /// modelled price drives the simulated clock on every backend, so that a replay over `cuda` makes
 /// the same decisions as one over `sim` (Note [VMM time on the critical path], replica.hpp).
 ///
-/// The step thread is the thread that built the adaptor; every other thread counts as the
+/// The step thread is the thread that built the adaptor, except while it runs a worker job
+/// inline (core/async_mapper.hpp, Note [Inline worker]); every other thread counts as the
 /// worker. Step-thread figures are plain fields, read by the step
 /// thread; worker figures are atomics, readable from any thread (settled once the worker drained).
 
@@ -56,6 +57,10 @@ class accounting_backend final : public backend_adaptor {
   void do_unmap(device_addr va, std::uint64_t bytes) override;
   /// One map_with_access of the inner backend, booked as the calls it counted.
   void do_map_with_access(device_addr va, chunk_handle h) override;
+  /// One map_run_with_access of the inner backend, booked at once as the calls it counted.
+  void do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) override;
+  /// Books and charges the mapping calls the inner backend counted since `before`.
+  void book_mapping_calls(const vmm_counters& before);
   /// Books `calls` calls of `call` (charged `charged` ns by the inner backend) to this thread's side.
   void book(vmm_call call, std::uint64_t calls, std::uint64_t charged, std::uint64_t price);
 

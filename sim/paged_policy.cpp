@@ -201,7 +201,19 @@ void paged_policy::adopt_new_blocks() {
 // or a request's generated tokens) holds tokens unique to its request, so it gets no hash, and
 // nor does any block after it (their parent chain is unique). Hashes are 64 bits; a collision
 // would share a block wrongly (vLLM's builtin hash takes the same risk; its sha256 option does not).
+//
+// Note [Hashes of a retried admission]
+// Once memory is full the replica tries the head of its queue again at every step, and a long
+// prompt has hundreds of blocks to hash: on a whole Mooncake replay the hashing of refused
+// admissions was two fifths of the time. The hashes depend only on the keys and the prompt's
+// length, so the last ones computed are kept with their input and reused when it is equal.
 void paged_policy::hash_blocks(const kv_request& r) {
+  if (hashed_prompt_ == r.prompt_tokens &&
+      std::equal(r.blocks.begin(), r.blocks.end(), hashed_blocks_.begin(), hashed_blocks_.end())) {
+    return;
+  }
+  hashed_prompt_ = r.prompt_tokens;
+  hashed_blocks_.assign(r.blocks.begin(), r.blocks.end());
   hashes_.clear();
   std::uint64_t keyed = 0;
   for (const token_block& k : r.blocks) keyed += k.tokens;
@@ -238,19 +250,21 @@ void paged_policy::hash_blocks(const kv_request& r) {
 // vLLM keeps every block registered under a hash, duplicates included (a request that recomputed
 // a block another one cached: block tables are append-only, so it is not swapped), and a lookup
 // answers with the first registered (BlockPool.get_cached_block). The index holds that first
-// block; the others follow it in registration order on the dup links.
+// block; the others follow it in registration order on the dup links, and the first knows the last
+// (`dup_last`), so that a registration does not walk a long chain of duplicates.
 void paged_policy::register_block(std::uint32_t b, std::uint64_t hash) {
   block& x = blocks_[b];
   x.hash = hash;
   const std::uint32_t first = index_.find(hash);
   if (first == k_nil) {
     index_.set(hash, b);
+    x.dup_last = b;
     return;
   }
-  std::uint32_t last = first;
-  while (blocks_[last].dup_next != k_nil) last = blocks_[last].dup_next;
+  const std::uint32_t last = blocks_[first].dup_last;
   blocks_[last].dup_next = b;
   x.dup_prev = last;
+  blocks_[first].dup_last = b;
 }
 
 void paged_policy::unregister_block(std::uint32_t b) {
@@ -260,12 +274,14 @@ void paged_policy::unregister_block(std::uint32_t b) {
       index_.erase(x.hash);
     } else {
       index_.set(x.hash, x.dup_next);
+      blocks_[x.dup_next].dup_last = x.dup_last;
     }
   } else {
     blocks_[x.dup_prev].dup_next = x.dup_next;
+    if (x.dup_next == k_nil) blocks_[index_.find(x.hash)].dup_last = x.dup_prev;  // it was the last
   }
   if (x.dup_next != k_nil) blocks_[x.dup_next].dup_prev = x.dup_prev;
-  x.dup_prev = x.dup_next = k_nil;
+  x.dup_prev = x.dup_next = x.dup_last = k_nil;
   x.hash = 0;
 }
 
@@ -586,6 +602,7 @@ void paged_policy::do_check_invariants() const {
       }
       prev = c;
     }
+    if (blocks_[e.value].dup_last != prev) fail(fmt::format("the chain of hash {:#x} ends elsewhere", e.key));
   }
   if (chained != hashed) fail(fmt::format("{} hashed blocks, {} in the index", hashed, chained));
 }

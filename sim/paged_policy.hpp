@@ -73,6 +73,7 @@ class paged_policy final : public kv_policy {
     std::uint64_t hash = 0;                            // chained block hash, 0: not in the cache
     std::uint32_t prev = k_nil, next = k_nil;          // links of the free list it is in
     std::uint32_t dup_prev = k_nil, dup_next = k_nil;  // blocks of the same hash, registration order
+    std::uint32_t dup_last = k_nil;                    // the first of them: the last one
     std::uint32_t ref = 0;                             // live requests holding it
     std::uint32_t fill = 0;                            // valid tokens (kept while cached)
     std::uint8_t list = 0;                             // 0: none, 1: queue, 2: spare
@@ -157,8 +158,11 @@ class paged_policy final : public kv_policy {
   std::uint64_t live_tokens_ = 0;  // tokens of live requests
   std::uint64_t prompt_tokens_ = 0, hit_tokens_ = 0, evictions_ = 0;
 
-  std::vector<std::uint64_t> hashes_;  // scratch of admit
-  std::vector<std::uint32_t> hits_;    // scratch of admit
+  std::vector<std::uint64_t>
+      hashes_;  // scratch of admit: the hashes of hashed_blocks_ (Note [Hashes of a retried admission])
+  std::vector<token_block> hashed_blocks_;  // the keys hashes_ was computed from
+  std::uint64_t hashed_prompt_ = 0;         // and the prompt's tokens (0: none)
+  std::vector<std::uint32_t> hits_;         // scratch of admit
 };
 
 }  // namespace vtensor::sim

@@ -13,10 +13,18 @@ std::unique_ptr<vmm_backend> make_accounted(const vtensor_policy_options& o) {
   return std::make_unique<accounting_backend>(make_backend(o.backend, o.device), latency_model_for(o.device));
 }
 
+// Over the simulated device the worker's jobs run inline (Note [Inline worker] in
+// core/async_mapper.hpp): the same decisions and simulated figures, without a thread hand-off per
+// job. A real device keeps the thread.
+vtensor_policy_options with_worker_mode(vtensor_policy_options o) {
+  o.manager.scheduler.inline_worker = o.backend == "sim";
+  return o;
+}
+
 }  // namespace
 
 vtensor_policy::vtensor_policy(vtensor_policy_options options)
-    : options_(std::move(options)),
+    : options_(with_worker_mode(std::move(options))),
       backend_owner_(make_accounted(options_)),
       backend_(static_cast<accounting_backend*>(backend_owner_.get())),
       manager_(std::make_unique<manager>(*backend_owner_, options_.manager)),

@@ -1,0 +1,182 @@
+// The run operations of issue 13: a run of maps is the calls of its chunks (counts, charges,
+// errors), the free pool gives a run in single-take order, and the inline worker keeps the
+// threaded worker's contract.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backends/fault_injection_backend.hpp"
+#include "backends/sim_backend.hpp"
+#include "core/async_mapper.hpp"
+#include "core/eviction_policy.hpp"
+#include "core/model_presets.hpp"
+#include "core/operations.hpp"
+#include "core/pset.hpp"
+
+using namespace vtensor;
+
+namespace {
+
+struct run_device {
+  sim_backend sim{sim_backend::k_unlimited, latency_model::h200()};
+  device_addr base = sim.reserve(8 * k_chunk_bytes);
+  std::vector<chunk_handle> handles;
+  run_device() {
+    for (int i = 0; i < 4; ++i) handles.push_back(*sim.create_chunk());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("map_run_with_access: counted and charged as a map and a set-access per chunk") {
+  run_device one, run;
+  for (std::size_t i = 0; i < one.handles.size(); ++i) {
+    one.sim.map_with_access(one.base + i * k_chunk_bytes, one.handles[i]);
+  }
+  std::size_t mapped = 0;
+  run.sim.map_run_with_access(run.base, run.handles, mapped);
+  CHECK(mapped == 4);
+  CHECK(run.sim.counters().calls == one.sim.counters().calls);
+  CHECK(run.sim.counters().time_ns == one.sim.counters().time_ns);
+  CHECK(run.sim.counters().calls_of(vmm_call::map) == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(run.sim.accessible(run.base + i * k_chunk_bytes));
+    CHECK(run.sim.mapped_chunk(run.base + i * k_chunk_bytes) == run.handles[i]);
+  }
+  run.sim.check_invariants();
+}
+
+TEST_CASE("map_run_with_access: a failing chunk leaves the ones before it mapped, as single calls would") {
+  run_device one, run;
+  for (run_device* d : {&one, &run}) {
+    d->sim.map(d->base + 2 * k_chunk_bytes, d->handles[3]);  // the run's third span is taken
+  }
+  std::size_t done = 0;
+  try {
+    for (; done < one.handles.size(); ++done)
+      one.sim.map_with_access(one.base + done * k_chunk_bytes, one.handles[done]);
+  } catch (const vmm_error&) {
+  }
+  std::size_t mapped = 0;
+  CHECK_THROWS_AS(run.sim.map_run_with_access(run.base, run.handles, mapped), vmm_error);
+  CHECK(mapped == 2);
+  CHECK(done == 2);
+  CHECK(run.sim.counters().calls == one.sim.counters().calls);
+  CHECK(run.sim.counters().time_ns == one.sim.counters().time_ns);
+  CHECK(run.sim.accessible(run.base + k_chunk_bytes));
+  run.sim.check_invariants();
+}
+
+TEST_CASE("map_run_with_access: through an adaptor the run is split into its calls, whose faults hit the same chunk") {
+  auto wrapped = std::make_unique<fault_injection_backend>(
+      std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::h200()), 1);
+  fault_injection_backend& f = *wrapped;
+  const device_addr base = f.reserve(4 * k_chunk_bytes);
+  std::vector<chunk_handle> handles;
+  for (int i = 0; i < 3; ++i) handles.push_back(*f.create_chunk());
+  f.fail_nth(vmm_call::set_access, 2);  // the second chunk's access fails: its map is undone
+  std::size_t mapped = 0;
+  CHECK_THROWS_AS(f.map_run_with_access(base, handles, mapped), vmm_error);
+  CHECK(mapped == 1);
+  CHECK(f.counters().calls_of(vmm_call::map) == 2);
+  CHECK(f.counters().calls_of(vmm_call::set_access) == 2);
+  CHECK(f.counters().calls_of(vmm_call::unmap) == 1);
+  CHECK(f.live().mappings == 1);
+}
+
+TEST_CASE("map_run_with_access: a misaligned run is refused at its first chunk") {
+  run_device d;
+  std::size_t mapped = 0;
+  CHECK_THROWS_AS(d.sim.map_run_with_access(d.base + 4096, d.handles, mapped), vmm_error);
+  CHECK(mapped == 0);
+  CHECK(d.sim.counters().calls_of(vmm_call::map) == 1);
+  CHECK(d.sim.live().mappings == 0);
+}
+
+TEST_CASE("pset: a run taken from the free pool comes in single-take order, and a reversal is a take and give-back") {
+  pset a, b;
+  for (pset* p : {&a, &b}) {
+    for (std::uint64_t h = 1; h <= 6; ++h) p->put_free(p->adopt(chunk_handle{h}));
+  }
+  std::vector<chunk_id> run;
+  CHECK(a.take_free(4, run) == 4);
+  std::vector<chunk_id> single;
+  for (int i = 0; i < 4; ++i) single.push_back(*b.take_free());
+  CHECK(run == single);
+  CHECK(a.free_count() == 2);
+  CHECK(a.take_free(5, run) == 2);  // only what the pool holds
+  CHECK(a.free_count() == 0);
+  CHECK_FALSE(a[run.back()].in_free_pool);
+
+  pset c, d;
+  for (pset* p : {&c, &d}) {
+    for (std::uint64_t h = 1; h <= 5; ++h) p->put_free(p->adopt(chunk_handle{h}));
+  }
+  c.reverse_free_pool();
+  std::vector<chunk_id> taken;
+  (void)d.take_free(5, taken);
+  for (chunk_id id : taken) d.put_free(id);
+  CHECK(c.free_pool() == d.free_pool());
+}
+
+TEST_CASE("async_mapper inline: a job runs in submit, as the worker's, and a failed map waits for a retry") {
+  sim_backend sim(sim_backend::k_unlimited, latency_model::h200());
+  std::mutex backend_mutex;
+  const device_addr base = sim.reserve(4 * k_chunk_bytes);
+  const chunk_handle h = *sim.create_chunk();
+  async_mapper mapper(sim, backend_mutex, /*inline_jobs=*/true);
+  CHECK(mapper.inline_jobs());
+  CHECK_FALSE(async_mapper::on_worker());
+  mapping_job job;
+  job.maps.push_back({base, h});
+  job.create_chunks = 2;
+  const std::uint64_t ticket = mapper.submit(std::move(job));
+  CHECK(mapper.done(ticket));
+  CHECK(sim.accessible(base));
+  CHECK(mapper.take_created().size() == 2);
+  CHECK(mapper.counters().mapped_chunks == 1);
+  CHECK(mapper.counters().worker_vmm_ns == sim.counters().time_ns_of(vmm_call::map) +
+                                               sim.counters().time_ns_of(vmm_call::set_access) +
+                                               2 * latency_model::h200().cost_ns(vmm_call::create));
+  mapper.wait(ticket, true);
+  CHECK(mapper.counters().waits == 0);  // never blocked
+
+  mapping_job taken;  // the span is mapped already: the map fails, the job is kept for a retry
+  taken.maps.push_back({base, h});
+  const std::uint64_t second = mapper.submit(std::move(taken));
+  mapper.wait(second, true);
+  CHECK(mapper.counters().failed_jobs == 1);
+  CHECK(mapper.unmapped_failed() == 1);
+  const std::vector<failed_job> failed = mapper.take_failed();
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].ticket == second);
+  CHECK_FALSE(async_mapper::on_worker());
+}
+
+TEST_CASE("operations: a run that cannot be allocated leaves the pool as taking and giving back every chunk would") {
+  sim_backend sim(4 * k_chunk_bytes, latency_model::h200());
+  const kv_geometry geometry(*model_preset("llama-3-8b"), kv_layout::kv_fused);
+  operations ops(sim, geometry, 64 * k_chunk_bytes, make_eviction_policy("lru"), 0);
+  std::vector<chunk_id> chunks;
+  REQUIRE(ops.alloc_chunks(4, false, chunks));  // the device is full
+  for (chunk_id c : chunks) ops.unuse(c);
+  std::vector<chunk_id> expected = ops.chunks().free_pool();
+  std::reverse(expected.begin(), expected.end());
+  const std::uint64_t hits = ops.counters().pool_hits;
+  const std::uint64_t calls = sim.counters().total_calls();
+  std::vector<chunk_id> out{chunk_id{99}};
+  CHECK_FALSE(ops.alloc_chunks(5, true, out));  // nothing to create, nothing to evict
+  CHECK(out == std::vector<chunk_id>{chunk_id{99}});
+  CHECK(ops.chunks().free_pool() == expected);
+  CHECK(ops.counters().pool_hits == hits + 4);
+  CHECK(sim.counters().total_calls() == calls);
+  out.clear();
+  CHECK(ops.alloc_chunks(3, false, out));  // what fits still comes, most recently freed first
+  CHECK(out == std::vector<chunk_id>(expected.rbegin(), expected.rbegin() + 3));
+  for (chunk_id c : out) ops.unuse(c);
+  ops.check_invariants();
+}
