@@ -19,6 +19,8 @@ printf 'arrived_at,num_prefill_tokens\n0.0,10\n' >vidur-missing-column.csv
 : >empty.jsonl
 printf '{"format": "vtensor-calibration"}' >calibration.json
 printf '{"name": "x"}' >factors.json
+printf '{"arms": [{"name": "x"}]}' >experiment.json
+mkdir -p not-a-comparison
 echo old >kept.json
 ln -s kept.json link.json
 
@@ -57,6 +59,12 @@ row "output through a symlink" "written to its target, the link kept" replay --t
 row "cuda backend without a GPU or driver" "" replay --backend cuda --max-requests 5
 row "gen-trace without --out" "" gen-trace --requests 10
 row "inspect of a missing file" "" inspect /nonexistent.jsonl
+row "compare arm with an option of another policy" "" compare --arm 'p=paged --megacache true'
+row "compare arm naming no policy" "" compare --arm 'p=heap'
+row "experiment file arm without a policy" "" compare --arms experiment.json
+row "an axis value given twice" "" compare --arm v=vtensor --memory 16GiB,16GiB
+row "--report without --out" "" compare --arm v=vtensor --report
+row "report of a folder that is no comparison" "" report not-a-comparison
 if [ -L link.json ] && [ "$(head -c1 kept.json)" = "{" ]; then
   echo "(check: link.json is still a symlink and kept.json holds the summary)" >&2
 else
