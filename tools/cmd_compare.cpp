@@ -914,8 +914,14 @@ int cmd_compare(std::span<const std::string> args, const cli_streams& io) {
         continue;
       shared.insert(shared.end(), opt.original_tokens.begin(), opt.original_tokens.end());
     }
+    // --jobs changes no result: with --no-wall it leaves the command too, so that two runs compare
+    // byte for byte whatever --jobs was.
+    const bool no_wall = (*values)["no-wall"].as<bool>();
     std::string command = "vtensor compare";
-    for (const std::string& w : words) command += " " + shell_quoted(w);
+    for (const po::option& opt : parsed.options) {
+      if (no_wall && opt.string_key == "jobs") continue;
+      for (const std::string& w : opt.original_tokens) command += " " + shell_quoted(w);
+    }
     return run_compare(*values, shared, command, io);
   });
 }
