@@ -10,6 +10,7 @@
 #include <string>
 
 #include "sim/compute_calibration.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 using namespace vtensor::sim;
 
@@ -127,7 +128,7 @@ TEST_CASE("compute calibration: bad files are refused naming the key") {
 }
 
 TEST_CASE("compute calibration: an unreadable or malformed file names the file") {
-  const auto dir = std::filesystem::temp_directory_path();
+  const auto dir = vtensor::testing::scratch_dir("compute_calibration");
   const std::string path = (dir / "vtensor-compute-calibration-test.json").string();
   {
     std::ofstream out(path);

@@ -10,13 +10,14 @@
 
 #include "sim/policy_registry.hpp"
 #include "sim/replay.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "traces/trace_reader.hpp"
 
 namespace vtensor::sim_testing {
 
 /// A file in a per-suite temporary directory.
 inline std::filesystem::path temp_file(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / "vtensor_sim_test";
+  const auto dir = vtensor::testing::scratch_dir("sim");
   std::filesystem::create_directories(dir);
   return dir / name;
 }

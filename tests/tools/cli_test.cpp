@@ -1,6 +1,7 @@
 #include "tools/cli.hpp"
 #include "tests/support/bundled_data.hpp"
 #include "tests/support/cli_run.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -23,7 +24,7 @@ std::string data(const std::string& name) { return VTENSOR_SOURCE_DIR "/tests/da
 using vtensor::testing::bundled_trace;
 
 fs::path temp_file(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "vtensor_cli_test";
+  const fs::path dir = vtensor::testing::scratch_dir("cli");
   fs::create_directories(dir);
   return dir / name;
 }

@@ -2,6 +2,7 @@
 // bounds beside the arms, miss causes that add up, and the output folder.
 
 #include "tests/support/cli_run.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tools/cli.hpp"
 
 #include <doctest/doctest.h>
@@ -22,7 +23,7 @@ using vtensor::testing::run_cli;
 std::string small_trace() { return VTENSOR_SOURCE_DIR "/traces/data/mooncake_conversation_excerpt.jsonl"; }
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "vtensor_compare_test";
+  const fs::path dir = vtensor::testing::scratch_dir("compare");
   fs::create_directories(dir);
   return dir / name;
 }

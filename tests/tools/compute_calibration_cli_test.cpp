@@ -11,6 +11,7 @@
 
 #include "core/model_presets.hpp"
 #include "tests/support/cli_run.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tools/calibrate_compute.hpp"
 
 namespace vtt = vtensor::tools;
@@ -61,7 +62,7 @@ TEST_CASE("calibrate --compute: bad options exit 2 before touching a GPU") {
 }
 
 TEST_CASE("replay --compute-calibration: a bad file exits 2 naming the key, a good one prices the steps") {
-  const auto dir = std::filesystem::temp_directory_path();
+  const auto dir = vtensor::testing::scratch_dir("compute_calibration_cli");
   const std::string path = (dir / "vtensor-replay-compute-cal.json").string();
   nlohmann::json j = nlohmann::json::parse(R"({
     "format": "vtensor-compute-calibration", "version": 1, "device": "NVIDIA H200",

@@ -11,6 +11,7 @@
 #include "backends/vmm_backend.hpp"
 #if VTENSOR_HAVE_CUDA
 #include "backends/cuda_backend.hpp"
+#include "tests/support/scratch_dir.hpp"
 #endif
 
 #include <doctest/doctest.h>
@@ -98,7 +99,7 @@ TEST_CASE("validate-gpu and calibrate fail cleanly without a GPU, naming the cud
   CHECK(v.err.find("cuda") != std::string::npos);
   if (!vtt::k_gpu_kernels_built) CHECK(v.err.find("built without CUDA kernels") != std::string::npos);
 
-  const fs::path out = fs::temp_directory_path() / "vtensor_gpu_commands_test_calibration.json";
+  const fs::path out = vtensor::testing::scratch_dir("gpu_commands") / "calibration.json";
   fs::remove(out);
   const auto c = run({"calibrate", "--chunks", "64", "--out", out.string()});
   CHECK(c.code == 1);
@@ -146,7 +147,7 @@ TEST_CASE("calibrate's summary of its samples is what the sim's latency model lo
 
   model.set_device("NVIDIA H200");
   model.set_source("gpu_commands_test");
-  const fs::path file = fs::temp_directory_path() / "vtensor_gpu_commands_test_model.json";
+  const fs::path file = vtensor::testing::scratch_dir("gpu_commands") / "model.json";
   model.save(file);
   const auto loaded = vtensor::latency_model::load(file);
   fs::remove(file);

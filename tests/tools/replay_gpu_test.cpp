@@ -8,6 +8,7 @@
 #include "backends/vmm_backend.hpp"
 #if VTENSOR_HAVE_CUDA
 #include "backends/cuda_backend.hpp"
+#include "tests/support/scratch_dir.hpp"
 #endif
 
 #include <doctest/doctest.h>
@@ -37,7 +38,7 @@ std::string slurp(const fs::path& p) {
 }
 
 fs::path temp(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / "vtensor_replay_gpu_test";
+  const auto dir = vtensor::testing::scratch_dir("replay_gpu");
   fs::create_directories(dir);
   return dir / name;
 }

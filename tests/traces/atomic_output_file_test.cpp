@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "tests/support/scratch_dir.hpp"
 #include "traces/atomic_output_file.hpp"
 
 namespace fs = std::filesystem;
@@ -22,7 +23,7 @@ using vtensor::traces::atomic_output_file;
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "vtensor_output_test" / name;
+  const fs::path dir = vtensor::testing::scratch_dir("output") / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

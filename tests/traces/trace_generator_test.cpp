@@ -1,4 +1,5 @@
 #include "traces/trace_generator.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "traces/distribution.hpp"
 #include "traces/trace_stats.hpp"
 #include "traces/vtensor_reader.hpp"
@@ -17,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path temp_file(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "vtensor_traces_test";
+  const fs::path dir = vtensor::testing::scratch_dir("traces");
   fs::create_directories(dir);
   return dir / name;
 }
