@@ -27,8 +27,7 @@ inline std::filesystem::path scratch_dir(const std::string& suite) {
       std::filesystem::remove_all(path, ignored);
     }
   };
-  static const folder process(std::filesystem::temp_directory_path() /
-                              ("vtensor-test-" + std::to_string(::getpid())));
+  static const folder process(std::filesystem::temp_directory_path() / ("vtensor-test-" + std::to_string(::getpid())));
   const auto dir = process.path / suite;
   std::filesystem::create_directories(dir);
   return dir;
