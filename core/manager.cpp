@@ -129,6 +129,21 @@ manager_stats manager::stats() const {
   return s;
 }
 
+memory_stats manager::memory() const {
+  std::lock_guard lock(mutex_);
+  return scheduler_.memory();
+}
+
+vmm_counters manager::vmm() const {
+  std::lock_guard lock(mutex_);
+  return scheduler_.ops().vmm_stats();
+}
+
+std::uint64_t manager::chunks_created() const {
+  std::lock_guard lock(mutex_);
+  return scheduler_.ops().counters().chunks_created;
+}
+
 std::size_t manager::trim() {
   std::lock_guard lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]

@@ -86,6 +86,12 @@ class manager {
   [[nodiscard]] layer_addressing layer(request_id id, std::uint32_t layer) const;
   /// Memory and activity now.
   [[nodiscard]] manager_stats stats() const;
+  /// stats().memory alone (cheaper: a replay reads it after every step).
+  [[nodiscard]] memory_stats memory() const;
+  /// stats().vmm alone.
+  [[nodiscard]] vmm_counters vmm() const;
+  /// stats().chunks_created alone.
+  [[nodiscard]] std::uint64_t chunks_created() const;
   /// Bytes mapped ahead of live requests' tokens (scheduler::ahead_bytes()).
   [[nodiscard]] std::uint64_t ahead_bytes() const;
   /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.

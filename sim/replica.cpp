@@ -96,7 +96,7 @@ void replica::kick() {
 bool replica::drained() const { return !in_step_ && running_.empty() && waiting_.empty(); }
 
 void replica::observe() {
-  const kv_stats s = policy_.stats();
+  const kv_memory_view s = policy_.memory_view();
   replica_state st;
   st.at = queue_.now();
   st.memory = s.memory;
@@ -254,7 +254,7 @@ void replica::run_step(step_record& rec) {
   rec.preempted = step_preempted_;
   rec.compute_us = cost.compute_s() * 1e6;
   rec.memory_us = cost.memory_s() * 1e6;
-  const auto calls_now = policy_.stats().vmm.calls;
+  const auto calls_now = policy_.vmm_calls();
   for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
   last_step_calls_ = calls_now;
   rec.running = static_cast<std::uint32_t>(running_.size());
@@ -358,7 +358,7 @@ void replica::end_step() {
 void replica::check_sampled() {
   constexpr std::uint64_t k_check_budget = 256;
   constexpr std::uint64_t k_chunk_bytes = std::uint64_t{2} << 20;
-  const std::uint64_t chunks = policy_.stats().memory.physical_bytes / k_chunk_bytes;
+  const std::uint64_t chunks = policy_.memory_view().memory.physical_bytes / k_chunk_bytes;
   const std::uint64_t period = std::max<std::uint64_t>(1, (chunks + k_check_budget - 1) / k_check_budget);
   if (++steps_since_check_ < period) return;
   steps_since_check_ = 0;

@@ -7,11 +7,9 @@
 namespace vtensor::sim {
 
 void step_log::on_step(const step_record& s) {
-  const kv_stats m = policy_.stats();
+  const std::uint64_t created = policy_.chunks_created();  // Note [Per-step reads of a policy]
   ++step_count_;
-  if (m.chunks_created != (creations_.empty() ? 0 : creations_.back().created)) {
-    creations_.push_back({s.index, m.chunks_created});
-  }
+  if (created != (creations_.empty() ? 0 : creations_.back().created)) creations_.push_back({s.index, created});
   if (!keep_steps_) return;
   step_entry e;
   e.index = s.index;
@@ -24,8 +22,8 @@ void step_log::on_step(const step_record& s) {
   e.preempted = s.preempted;
   e.running = s.running;
   e.waiting = s.waiting;
-  e.memory = m.memory;
-  e.chunks_created = m.chunks_created;
+  e.memory = policy_.memory_view().memory;
+  e.chunks_created = created;
   e.vmm_critical = s.vmm_critical;
   steps_.push_back(e);
 }

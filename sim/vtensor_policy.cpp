@@ -49,9 +49,10 @@ std::uint64_t vtensor_policy::step_calls() const {
 // clock waits for the rest of the worker's call in flight, and the worker's later calls wait
 // behind the whole operation.
 void vtensor_policy::book_step_calls() {
+  const std::uint64_t calls = step_calls();
+  if (calls == booked_calls_) return;  // no call since the last booking: no time either (a decode's growth)
   const sim_ns t = step_model_time();
   const sim_ns d = t - booked_;
-  const std::uint64_t calls = step_calls();
   const std::uint64_t new_calls = calls - booked_calls_;
   booked_ = t;
   booked_calls_ = calls;
@@ -273,13 +274,30 @@ kv_stats vtensor_policy::do_stats() const {
   s.evictions = m.evicted_nodes;
   s.chunks_created = m.chunks_created;
   s.vmm = m.vmm;
-  if (options_.manager.scheduler.runs_worker() && options_.manager.scheduler.create_ahead_chunks == 0) {
-    // The worker's calls as handed to it, not as done by now: per-step counts must not depend on
-    // wall time (identical replays, --compare-backends). Equal to the backend's once settled.
-    const vmm_side& step = backend_->step_side();
-    for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) s.vmm.calls[k] = step.calls[k] + worker_calls_[k];
-  }
+  if (counts_handed_calls()) s.vmm.calls = handed_calls();
   return s;
+}
+
+kv_memory_view vtensor_policy::do_memory_view() const {
+  const memory_stats m = manager_->memory();
+  return {m, breakdown(m)};
+}
+
+std::array<std::uint64_t, k_vmm_call_kinds> vtensor_policy::do_vmm_calls() const {
+  return counts_handed_calls() ? handed_calls() : manager_->vmm().calls;
+}
+
+bool vtensor_policy::counts_handed_calls() const {
+  return options_.manager.scheduler.runs_worker() && options_.manager.scheduler.create_ahead_chunks == 0;
+}
+
+// The worker's calls as handed to it, not as done by now: per-step counts must not depend on
+// wall time (identical replays, --compare-backends). Equal to the backend's once settled.
+std::array<std::uint64_t, k_vmm_call_kinds> vtensor_policy::handed_calls() const {
+  const vmm_side& step = backend_->step_side();
+  std::array<std::uint64_t, k_vmm_call_kinds> calls{};
+  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) calls[k] = step.calls[k] + worker_calls_[k];
+  return calls;
 }
 
 sim_ns vtensor_policy::do_vmm_time() const { return sim_ns{backend_->step_side().total_model_ns()} + job_time_; }

@@ -143,6 +143,9 @@ class vtensor_policy final : public kv_policy {
   bool do_grow(request_id id, std::uint64_t tokens) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
+  [[nodiscard]] kv_memory_view do_memory_view() const override;
+  [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> do_vmm_calls() const override;
+  [[nodiscard]] std::uint64_t do_chunks_created() const override { return manager_->chunks_created(); }
   [[nodiscard]] sim_ns do_vmm_time() const override;
   [[nodiscard]] sim_ns do_critical_vmm_time() const override { return critical_; }
   void do_advance_to(sim_us now) override;
@@ -152,7 +155,9 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override { manager_->check_invariants(); }
 
-  [[nodiscard]] memory_breakdown breakdown(const memory_stats& m) const;  // Note [vtensor memory breakdown]
+  [[nodiscard]] memory_breakdown breakdown(const memory_stats& m) const;
+  [[nodiscard]] bool counts_handed_calls() const;
+  [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> handed_calls() const;  // Note [vtensor memory breakdown]
   [[nodiscard]] sim_ns step_model_time() const;  // step thread's priced calls (creates excluded with create-ahead)
   [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
   void book_step_calls();  // adds the step thread's new calls to the clock (Note [Driver contention])

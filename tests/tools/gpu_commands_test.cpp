@@ -3,6 +3,7 @@
 
 #include "tests/support/backend_choice.hpp"
 #include "tests/support/cli_run.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tools/calibration.hpp"
 #include "tools/cli.hpp"
 #include "tools/gpu_kernels.hpp"
@@ -11,7 +12,6 @@
 #include "backends/vmm_backend.hpp"
 #if VTENSOR_HAVE_CUDA
 #include "backends/cuda_backend.hpp"
-#include "tests/support/scratch_dir.hpp"
 #endif
 
 #include <doctest/doctest.h>

@@ -4,11 +4,11 @@
 
 #include "tests/support/backend_choice.hpp"
 #include "tests/support/cli_run.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 #include "backends/vmm_backend.hpp"
 #if VTENSOR_HAVE_CUDA
 #include "backends/cuda_backend.hpp"
-#include "tests/support/scratch_dir.hpp"
 #endif
 
 #include <doctest/doctest.h>
