@@ -43,12 +43,18 @@ printf '{"arms": {"vt": "vtensor", "paged16": "paged --block-tokens 16"}, "memor
 printf '{"arms": [{"name": "r", "policy": "radix", "options": "--page-tokens 16"}], "time_scale": [1, 4], "baseline": "r", "kernel_factors": ["modern", "2024"]}' \
   >"$work/experiment_file/array"
 
+# The harnesses run in a scratch folder: an option the fuzzer makes up may name an output file
+# (`--json --trace` once left a file named `--trace` in the source tree).
+root=$(pwd)
+scratch=build-fuzz/run
+rm -rf "$scratch"
+mkdir -p "$scratch"
 status=0
 for harness in trace_reader config_files replay_options compare_options experiment_file; do
   echo "== fuzz_$harness for ${seconds}s"
-  if ! ./build-fuzz/bin/"fuzz_$harness" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="$findings/$harness-" -print_final_stats=1 "$work/$harness" \
-      >"build-fuzz/fuzz_$harness.log" 2>&1; then
+  if ! (cd "$scratch" && "$root/build-fuzz/bin/fuzz_$harness" -max_total_time="$seconds" -timeout=10 \
+      -rss_limit_mb=2048 -artifact_prefix="$root/$findings/$harness-" -print_final_stats=1 \
+      "$root/$work/$harness" >"$root/build-fuzz/fuzz_$harness.log" 2>&1); then
     echo "fuzz_$harness: FAILED (build-fuzz/fuzz_$harness.log, reproducer in $findings/)"
     status=1
   fi
