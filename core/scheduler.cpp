@@ -552,9 +552,8 @@ void scheduler::record_prefix(vtensor_record& r, std::span<const token_block> ex
     v.last_token = (std::uint64_t{p} * chunk + v.valid_bytes - 1) / bpt;
     while (path.nodes[n]->end_tokens() <= v.last_token) ++n;
     // A page the tree already holds with as many valid bytes (mostly the cached prefix this request
-    // reused) would
-    // come straight back from attach(): its references would be taken and dropped again, and the
-    // chunks, mapped by this request, cannot reach the free pool in between. Skipped.
+    // reused) would come straight back from attach(): its references would be taken and dropped
+    // again, and the chunks, mapped by this request, cannot reach the free pool in between. Skipped.
     if (radix_tree::covers(*path.nodes[n], p, v.valid_bytes)) continue;
     v.chunks.reserve(tensors);
     for (std::uint32_t t = 0; t < tensors; ++t) v.chunks.push_back(r.maps[std::size_t{p} * tensors + t]->chunk);

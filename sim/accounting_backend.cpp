@@ -59,40 +59,37 @@ void accounting_backend::book(vmm_call call, std::uint64_t calls, std::uint64_t 
   }
 }
 
-void accounting_backend::book_mapping_calls(const vmm_counters& before) {
-  const vmm_counters& after = inner().counters();
-  for (const vmm_call call : {vmm_call::map, vmm_call::set_access, vmm_call::unmap}) {
-    const std::uint64_t calls = after.calls_of(call) - before.calls_of(call);
-    const std::uint64_t charged = after.time_ns_of(call) - before.time_ns_of(call);
-    if (calls == 0) continue;
-    book(call, calls, charged, price_ns(call, calls));
-    charge(call, charged);
-  }
+template <typename F>
+void accounting_backend::booked_mapping_calls(F&& fn) {
+  const vmm_counters before = inner().counters();
+  struct book_guard {  // books also when the call throws
+    accounting_backend& self;
+    const vmm_counters& before;
+    ~book_guard() {
+      const vmm_counters& after = self.inner().counters();
+      for (const vmm_call call : {vmm_call::map, vmm_call::set_access, vmm_call::unmap}) {
+        const std::uint64_t calls = after.calls_of(call) - before.calls_of(call);
+        const std::uint64_t charged = after.time_ns_of(call) - before.time_ns_of(call);
+        if (calls == 0) continue;
+        self.book(call, calls, charged, self.price_ns(call, calls));
+        self.charge(call, charged);
+      }
+    }
+  } guard{*this, before};
+  fn();
 }
 
 void accounting_backend::do_map_with_access(device_addr va, chunk_handle h) {
   // The public map_with_access counts the calls (Note [Counting in the base class]); the calls the
   // inner backend counted are booked here. Every mapping call covers one chunk.
-  const vmm_counters before = inner().counters();
-  struct book_guard {  // books also when the call throws
-    accounting_backend& self;
-    const vmm_counters& before;
-    ~book_guard() { self.book_mapping_calls(before); }
-  } guard{*this, before};
-  inner().map_with_access(va, h);
+  booked_mapping_calls([&] { inner().map_with_access(va, h); });
 }
 
 // A run is booked as the calls the inner backend counted for it (Note [Runs of maps] in
 // backends/vmm_backend.cpp): the model prices each mapping call alike, so the prices add up.
 void accounting_backend::do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles,
                                                 std::size_t& mapped) {
-  const vmm_counters before = inner().counters();
-  struct book_guard {  // books also when the run throws
-    accounting_backend& self;
-    const vmm_counters& before;
-    ~book_guard() { self.book_mapping_calls(before); }
-  } guard{*this, before};
-  inner().map_run_with_access(va, handles, mapped);
+  booked_mapping_calls([&] { inner().map_run_with_access(va, handles, mapped); });
 }
 
 device_addr accounting_backend::do_reserve(std::uint64_t bytes) {

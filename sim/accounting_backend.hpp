@@ -59,8 +59,10 @@ class accounting_backend final : public backend_adaptor {
   void do_map_with_access(device_addr va, chunk_handle h) override;
   /// One map_run_with_access of the inner backend, booked at once as the calls it counted.
   void do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) override;
-  /// Books and charges the mapping calls the inner backend counted since `before`.
-  void book_mapping_calls(const vmm_counters& before);
+  /// Runs `fn`, then books and charges the mapping calls the inner backend counted meanwhile
+  /// (also when `fn` throws).
+  template <typename F>
+  void booked_mapping_calls(F&& fn);
   /// Books `calls` calls of `call` (charged `charged` ns by the inner backend) to this thread's side.
   void book(vmm_call call, std::uint64_t calls, std::uint64_t charged, std::uint64_t price);
 

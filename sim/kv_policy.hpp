@@ -108,12 +108,13 @@ struct vmm_split_report {
 /// What a replica samples after every step: kv_stats' memory and breakdown alone.
 ///
 /// Note [Per-step reads of a policy]
-/// A replica reads the policy's memory twice a step (its time series and peaks) and its VMM call
-/// counts and its chunk creations once (the step's calls, the step log). Reading them through stats() gathered every
-/// counter of the policy each time: 19% of the instructions of a 5,000-request gen-trace replay under callgrind went to
-/// vtensor's stats(). memory_view(), vmm_calls() and chunks_created() answer the same figures alone; a policy that does
-/// not override them answers through stats(), so they agree by construction there, and vtensor's overrides read the
-/// same sources as its stats().
+/// A replica reads the policy's memory twice a step (its time series and peaks), and its VMM call
+/// counts and chunk creations once (the step's calls, the step log). Reading them through stats()
+/// gathered every counter of the policy each time: 19% of the instructions of a 5,000-request
+/// gen-trace replay under callgrind went to vtensor's stats(). memory_view(), vmm_calls() and
+/// chunks_created() answer those figures alone; a policy that does not override them answers
+/// through stats(), so they agree by construction there, and vtensor's overrides read the same
+/// sources as its stats().
 struct kv_memory_view {
   memory_stats memory;
   memory_breakdown breakdown;

@@ -155,9 +155,10 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override { manager_->check_invariants(); }
 
-  [[nodiscard]] memory_breakdown breakdown(const memory_stats& m) const;
+  [[nodiscard]] memory_breakdown breakdown(const memory_stats& m) const;  // Note [vtensor memory breakdown]
+  /// Whether the call counts are the ones handed out (the worker's as submitted), see handed_calls().
   [[nodiscard]] bool counts_handed_calls() const;
-  [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> handed_calls() const;  // Note [vtensor memory breakdown]
+  [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> handed_calls() const;
   [[nodiscard]] sim_ns step_model_time() const;  // step thread's priced calls (creates excluded with create-ahead)
   [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
   void book_step_calls();  // adds the step thread's new calls to the clock (Note [Driver contention])

@@ -108,7 +108,7 @@ point_analysis analyse_point(const traces::loaded_trace& trace, const traces::pr
     } else if (hit < bound && sharing.at == m::never) {
       a.misses.no_cache += bound - hit;  // no prefix cache: timing and granularity do not apply
     } else if (hit < bound) {
-      const std::uint64_t unit = sharing.at == m::never ? 1 : std::max<std::uint32_t>(sharing.unit_tokens, 1);
+      const std::uint64_t unit = std::max<std::uint32_t>(sharing.unit_tokens, 1);
       const std::uint64_t shareable = std::max(hit, bound / unit * unit);
       a.misses.granularity += bound - shareable;
       for (std::uint64_t j = hit / bt; j * bt < shareable; ++j) {

@@ -465,8 +465,7 @@ def panel_layout(c):
 def fig_misses_by_cause(c, fw, colors):
     """Per cell two panels: every cause, and every cause but cold (what a policy could have hit)."""
     cause_colors = {"cold": "#7f7f7f", "evicted": "#d62728", "granularity": "#ff7f0e", "preempted": "#9467bd",
-                    "in_flight": "#17becf", "unpublished": "#bcbd22",
-                    "no_cache": "#7f7f7f"}
+                    "in_flight": "#17becf", "unpublished": "#bcbd22", "no_cache": "#8c564b"}
     ncols, nrows, where = panel_layout(c)
     fig, axes = fw.plt.subplots(2 * nrows, ncols, figsize=(max(3.2, 0.8 * len(c.arms) + 1.2) * ncols + 1.6,
                                                            5.6 * nrows), squeeze=False)
