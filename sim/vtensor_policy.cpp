@@ -45,9 +45,9 @@ std::uint64_t vtensor_policy::step_calls() const {
   return n;
 }
 
-// Note [Driver contention]: a step-thread operation that finds the worker busy by the model's
-// clock waits for the rest of the worker's call in flight, and the worker's later calls wait
-// behind the whole operation.
+// Note [Driver contention]: a step-thread operation that finds the worker busy with work handed
+// out before this step build (by the model's clock) waits for the rest of the worker's call in
+// flight, and the worker's later calls wait behind the whole operation.
 void vtensor_policy::book_step_calls() {
   const std::uint64_t calls = step_calls();
   if (calls == booked_calls_) return;  // no call since the last booking: no time either (a decode's growth)
@@ -59,15 +59,33 @@ void vtensor_policy::book_step_calls() {
   if (d <= sim_ns{0}) return;
   const sim_ns at = now();
   if (worker_free_ > at && new_calls > 0) {
-    // The rest of the worker's call in flight: half a call on average (an assumption: the step
-    // thread's operation arrives at a uniformly random point of it), at most until the worker is free.
-    const sim_ns behind = std::min(worker_free_ - at, sim_ns{worker_call_ns_ / 2});
+    // The rest of the worker's call in flight: half a call (an assumption: the step thread's
+    // operation arrives at a uniformly random point of it), at most until the worker is free. In
+    // a release's unmaps the call is a whole run (one backend call), else one map + set-access.
+    const bool in_unmaps = at >= unmap_span_.first && at < unmap_span_.second;
+    const sim_ns call{in_unmaps ? unmap_call_ : sim_ns{worker_call_ns_}};
+    const sim_ns behind = std::min(worker_free_ - at, call / 2);
     contention_ += behind;
     ++contended_;
     critical_ += behind;
     worker_free_ += d;
+    if (in_unmaps) unmap_span_.second += d;
   }
   critical_ += d;
+}
+
+// Note [Jobs start when the build ends]: the jobs handed out during a step build join the worker's
+// queue when the build ends (or when the step thread waits for one of them, letting the driver go),
+// in the order they were handed out.
+void vtensor_policy::start_build_jobs(sim_ns at) {
+  sim_ns t = std::max(worker_free_, at);
+  for (const build_job& j : build_jobs_) {
+    t += j.price;
+    const auto it = last_job_.find(j.request);
+    if (it != last_job_.end() && it->second.ticket == j.ticket) it->second.done = t;
+  }
+  worker_free_ = t;
+  build_jobs_.clear();
 }
 
 void vtensor_policy::do_release_model(const op_effects& fx) {
@@ -79,6 +97,7 @@ void vtensor_policy::do_release_model(const op_effects& fx) {
   const sim_ns price{backend_->price_ns(vmm_call::unmap, fx.worker_unmaps)};
   if (release_backlog_ == sim_ns{0}) release_at_ = now();
   release_backlog_ += price;
+  release_runs_ += fx.unmap_runs;
   release_time_ += price;
 }
 
@@ -89,6 +108,7 @@ void vtensor_policy::wait_for(request_id id, std::uint64_t ticket, sim_ns from) 
     throw std::logic_error(
         fmt::format("vtensor policy: request {} waited for job {}, not its last modelled job", id.value, ticket));
   }
+  if (it->second.done == k_not_started) start_build_jobs(from);  // the step thread lets the driver go
   const sim_ns done = it->second.done;
   if (done <= from) return;
   ++waits_;
@@ -100,8 +120,8 @@ void vtensor_policy::submit(request_id id, const op_effects& fx) {
   if (fx.worker_job == 0) return;
   const std::uint64_t chunks = std::uint64_t{fx.worker_pages} * manager_->geometry().tensors();
   const sim_ns price{backend_->price_ns(vmm_call::map, chunks) + backend_->price_ns(vmm_call::set_access, chunks)};
-  worker_free_ = std::max(worker_free_, now()) + price;
-  last_job_[id.value] = {fx.worker_job, worker_free_};
+  build_jobs_.push_back({id.value, fx.worker_job, price});  // Note [Jobs start when the build ends]
+  last_job_[id.value] = {fx.worker_job, k_not_started};
   count_worker(vmm_call::map, chunks);
   count_worker(vmm_call::set_access, chunks);
   ++jobs_;
@@ -111,6 +131,7 @@ void vtensor_policy::submit(request_id id, const op_effects& fx) {
 void vtensor_policy::do_advance_to(sim_us at) {
   const auto t = std::chrono::duration_cast<sim_ns>(at);
   if (t <= origin_) return;
+  start_build_jobs(now());  // the step build that ran from origin_ ended at now()
   if (pipeline()) {
     // The step that ends at t computed the first chunks of the prompts admitted for it; the next
     // one computes their second chunks, which need the rest of their pages.
@@ -119,8 +140,12 @@ void vtensor_policy::do_advance_to(sim_us at) {
     }
     rest_due_.clear();
     if (release_backlog_ > sim_ns{0}) {
-      worker_free_ = std::max(worker_free_, release_at_) + release_backlog_;
+      const sim_ns from = std::max(worker_free_, release_at_);
+      worker_free_ = from + release_backlog_;
+      unmap_span_ = {from, worker_free_};
+      unmap_call_ = release_backlog_ / std::max<std::uint64_t>(release_runs_, 1);
       release_backlog_ = sim_ns{0};
+      release_runs_ = 0;
     }
     // Note [Mapping worker model], pipelined admission: with requests live a step just ran from
     // the step thread's clock now; the admissions decided next were decided while it ran.

@@ -14,8 +14,8 @@
 ///   call the step thread made since, plus the waits below;
 /// - a job: the pages a create or extend handed to the worker (`worker_pages`, ticket
 ///   `worker_job`), priced map + set-access per chunk. The worker clock starts the job at
-///   max(worker clock, step-thread time after the call's own calls) and ends it its price later;
-///   the request remembers that end with the ticket;
+///   max(worker clock, the end of the step build that handed it out) (Note [Jobs start when the
+///   build ends]) and ends it its price later; the request remembers that end with the ticket;
 /// - a wait: when a call waited for a job (`waited_job`: an extend that needs a page the worker
 ///   was given, a release undoing the request's mappings), the step thread waits until that
 ///   job's modelled end. An extend waits after the pages it mapped itself (`step_pages` > 0),
@@ -58,24 +58,41 @@
 ///
 /// Note [Driver contention]
 /// The driver serialises VMM calls, and so does the core: every call, from either thread, holds
-/// the backend lock, and the worker takes it for one call at a time (core/async_mapper.cpp), not
-/// for a whole job; the step thread takes the driver for a whole manager operation (Note [Driver
-/// hand-over] in core/async_mapper.cpp: the worker starts no call while the step thread holds it).
-/// So a step-thread operation that makes VMM calls while the worker is busy (by the model's
-/// clock: the worker clock is past the step thread's) waits for the rest of the worker's call in
-/// flight, once, and the worker's later calls wait behind the whole operation, so its clock moves
-/// on by the operation's price (book_step_calls()). The rest of a call in flight is booked as half
-/// a worker call (a map + set-access of one chunk, about 46 us in the built-in H200 latency model):
-/// an assumption, the mean when the operation arrives at a uniformly random point of the call,
-/// capped by the time the worker has left. The figures: `contended_bookings` and `contention_us`
-/// in the summary's vmm_model, beside the measured `driver_lock_waits` (checked on the H200:
+/// the backend lock, and the worker takes it for one backend call at a time (core/async_mapper.cpp),
+/// not for a whole job; the step thread takes the driver for a whole manager operation (Note
+/// [Driver hand-over] in core/async_mapper.cpp: the worker starts no call while the step thread
+/// holds it). So a step-thread operation that makes VMM calls while the worker is busy (by the
+/// model's clock: the worker clock is past the step thread's) waits for the rest of the worker's
+/// call in flight, once, and the worker's later calls wait behind the whole operation, so its
+/// clock moves on by the operation's price (book_step_calls()). The rest of a call in flight is
+/// booked as half a call (an assumption, the mean when the operation arrives at a uniformly random
+/// point of the call), capped by the time the worker has left. The call is a map + set-access of
+/// one chunk (about 46 us in the built-in H200 latency model), or, while the worker unmaps
+/// released requests, one backend unmap call, which covers a whole run of chunks (the mean run of
+/// those releases: core/async_mapper.cpp unmaps a run in one call, the cuda backend makes one
+/// driver call per chunk inside it). Only work handed out before the current step build counts:
+/// Note [Jobs start when the build ends]. The figures: `contended_bookings` and `contention_us` in
+/// the summary's vmm_model, beside the measured `driver_lock_waits` (checked on the H200:
 /// results/gpu/).
+///
+/// Note [Jobs start when the build ends]
+/// A job handed to the worker during a step build (a lookahead top-up, a prompt's deferred pages
+/// without the pipeline) does not start at once in wall time: the worker is woken through a
+/// condition variable while the step thread goes on building the step and takes the driver again
+/// for its next manager operation, so the worker gets the driver when the build ends. Measured on
+/// the H200 (results/gpu/2026-12-03-h200-issue11-model-check/): a model that started each job at
+/// its hand-out booked 36-61 contended operations per run inside step builds where the GPU showed
+/// none. So the model queues a build's jobs and puts them on the worker clock, in order, at the
+/// build's end (the next advance_to), or earlier when the step thread waits for one of them (it
+/// lets the driver go while it waits). Admissions after an idle spell are not deferred: the step
+/// waits for their first pages at once (Note [Mapping worker model]).
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backends/registry.hpp"
@@ -169,6 +186,14 @@ class vtensor_policy final : public kv_policy {
   void take_carry();  // books a wait for the rest of a prompt's pages (Note [Mapping worker model])
   void wait_for(request_id id, std::uint64_t ticket, sim_ns from);  // a modelled wait, from `from`, for job `ticket`
   void submit(request_id id, const op_effects& fx);                 // the job a call handed to the worker
+  void start_build_jobs(
+      sim_ns at);  // the step build's jobs join the worker clock (Note [Jobs start when the build ends])
+
+  struct build_job {
+    std::uint64_t request = 0, ticket = 0;
+    sim_ns price{};
+  };
+  static constexpr sim_ns k_not_started = sim_ns::max();  // a build's job, not on the worker clock yet
 
   vtensor_policy_options options_;
   std::unique_ptr<vmm_backend> backend_owner_;  // outlives manager_ (declared first)
@@ -191,6 +216,10 @@ class vtensor_policy final : public kv_policy {
   sim_ns window_cpu_{};                      // the step thread's clock in the window
   sim_ns window_worker_{};                   // the worker's clock for the window's admissions
   sim_ns release_backlog_{}, release_at_{};  // releases' unmaps not on the worker clock yet
+  std::uint64_t release_runs_ = 0;           // in that many backend calls (runs)
+  std::pair<sim_ns, sim_ns> unmap_span_{};   // the worker clock's last stretch of releases' unmaps
+  sim_ns unmap_call_{};                      // the mean backend call (one run's unmap) in it
+  std::vector<build_job> build_jobs_;        // jobs handed out in this step build, in order
   sim_ns hidden_{}, admission_wait_time_{}, release_time_{}, contention_{};
   std::uint64_t admission_waits_ = 0, contended_ = 0, rest_waits_ = 0;
   std::vector<sim_ns> rest_due_;  // ends of the jobs with the rest of the prompts admitted this step

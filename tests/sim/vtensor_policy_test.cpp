@@ -96,17 +96,46 @@ TEST_CASE("vtensor policy: an overloaded worker makes steps wait - synchronous l
   }
   const auto& pv = dynamic_cast<const vtensor_policy&>(*p);
   const auto r = pv.report();
-  // The step thread's own calls (the admissions' creates and prompt maps) wait behind the busy
-  // worker's calls (Note [Driver contention]): it keeps pace with the worker, so the growth finds
-  // the pages mapped and the overload shows as contention rather than as waits for jobs.
+  // All of it is one step build: the admissions' jobs start only when the first growth waits and
+  // lets the driver go (Note [Jobs start when the build ends]), then run in order beside the
+  // step thread, whose later growths meet them (contention) and wait for their request's job:
+  // the waits add up to about the worker's 80 pages, less the step thread's own calls between.
+  CHECK(r.modelled_waits == 20);
+  CHECK(r.jobs == 40);  // the admissions' lookahead and a top-up per growth
   CHECK(pv.pipeline_figures().contended_calls > 0);
-  CHECK(pv.pipeline_figures().contention_ns > 0);
-  CHECK(r.modelled_waits < 20);
+  CHECK(r.modelled_wait_ns > 70 * page_job_ns());
+  CHECK(r.modelled_wait_ns < 81 * page_job_ns());
   CHECK(p->critical_vmm_time().count() < s->critical_vmm_time().count());  // still cheaper than mapping on the step
   const auto rs = dynamic_cast<const vtensor_policy&>(*s).report();
   CHECK(rs.jobs == 0);
   CHECK(rs.modelled_waits == 0);
   CHECK(s->critical_vmm_time().count() == s->vmm_time().count());
+}
+
+TEST_CASE("vtensor policy: a step-thread call meets the worker busy with an earlier build's jobs once per operation") {
+  // Build 1 hands out 20 jobs of 4 pages; they start when it ends. Build 2, 1 us later, admits
+  // 5 more requests: each admission's prompt maps find the worker busy, wait half a map +
+  // set-access once, and push the worker's clock back by their own price (Note [Driver contention]).
+  auto p = h200_policy(4, true);
+  std::vector<token_block> none;
+  p->advance_to(sim_us{1});
+  for (std::uint64_t id = 1; id <= 20; ++id) REQUIRE(p->admit({request_id{id}, none, 512, 8000}).admitted);
+  const auto& v = dynamic_cast<const vtensor_policy&>(*p);
+  CHECK(v.pipeline_figures().contended_calls == 0);  // within its own build, nothing contends
+  const std::uint64_t before = p->critical_vmm_time().count();
+  p->advance_to(sim_us{2});
+  for (std::uint64_t id = 21; id <= 25; ++id) REQUIRE(p->admit({request_id{id}, none, 512, 8000}).admitted);
+  const latency_model h = latency_model::h200();
+  const std::uint64_t half_call = (h.cost_ns(vmm_call::map) + h.cost_ns(vmm_call::set_access)) / 2;
+  CHECK(v.pipeline_figures().contended_calls == 5);
+  CHECK(v.pipeline_figures().contention_ns == 5 * half_call);
+  CHECK(p->critical_vmm_time().count() - before == v.report().step.total_model_ns() - before + 5 * half_call);
+  // The worker's jobs are later by the admissions' price: the first growth of request 1 waits for
+  // its job, which ended after build 1's 4 pages and build 2's step-thread calls.
+  p->advance_to(sim_us{3});
+  REQUIRE(p->grow(request_id{1}, 1));
+  CHECK(v.report().modelled_waits == 1);
+  p->check_invariants();
 }
 
 TEST_CASE("vtensor policy: with chunks created ahead, creation leaves the clock") {
@@ -245,4 +274,29 @@ TEST_CASE("vtensor policy: the rest of a long prompt is due when its second chun
     p.settle();
     p.check_invariants();
   }
+}
+
+TEST_CASE("vtensor policy: a step-thread call during a release's unmaps waits for half a run's unmap") {
+  // The worker unmaps a released request's pages a run per backend call (core/async_mapper.cpp),
+  // so a step-thread operation arriving then waits for the rest of a run, not of one map.
+  vtensor_policy p = pipelined_policy();
+  const latency_model h = latency_model::h200();
+  const std::vector<token_block> none;
+  p.advance_to(sim_us{1000});
+  REQUIRE(p.admit({request_id{1}, none, 512, 4000}).admitted);
+  REQUIRE(p.admit({request_id{2}, none, 8 * 512, 9000}).admitted);
+  p.advance_to(sim_us{1000 + 1'000'000});
+  p.release(request_id{2}, release_reason::finished);  // 8 pages of 32 chunks to unmap on the worker
+  const std::uint64_t unmaps = p.pipeline_figures().release_ns;
+  CHECK(unmaps == 8 * 32 * h.cost_ns(vmm_call::unmap));
+  p.advance_to(sim_us{1000 + 1'000'000 + 1});  // the unmaps join the worker clock: 7.6 ms of them
+  CHECK(p.pipeline_figures().contended_calls == 0);
+  REQUIRE(p.grow(request_id{1}, 1));  // token 513: its page is mapped by the step thread, now
+  CHECK(p.pipeline_figures().contended_calls == 1);
+  const std::uint64_t map_call = h.cost_ns(vmm_call::map) + h.cost_ns(vmm_call::set_access);
+  CHECK(p.pipeline_figures().contention_ns > map_call / 2);  // a run is longer than a map
+  CHECK(p.pipeline_figures().contention_ns <= unmaps / 2);   // at most half of all of them (one run)
+  p.release(request_id{1}, release_reason::finished);
+  p.settle();
+  p.check_invariants();
 }
