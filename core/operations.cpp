@@ -65,6 +65,8 @@ std::optional<chunk_id> operations::alloc_chunk_evicting() {
 // the device is at its capacity and, when it may evict, nothing is evictable) is common once memory
 // is full: every admission tried takes the whole pool and gives it back, which leaves the pool
 // reversed and counts its chunks as pool hits. It does just that, without touching each chunk.
+// After each chunk that had to be created or evicted for, what the pool holds again is taken in
+// one step too.
 bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_id>& out) {
   const std::size_t start = out.size();
   adopt_created();
@@ -76,7 +78,7 @@ bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_i
   }
   out.reserve(start + count);
   counters_.pool_hits += pset_.take_free(count, out);
-  for (std::size_t i = out.size() - start; i < count; ++i) {
+  while (out.size() - start < count) {
     auto c = evict ? alloc_chunk_evicting() : alloc_chunk();
     if (!c) {
       for (std::size_t j = start; j < out.size(); ++j) unuse(out[j]);
@@ -84,6 +86,10 @@ bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_i
       return false;
     }
     out.push_back(*c);
+    // An eviction refills the pool with a whole cached node's chunks: take what the run still
+    // needs of them in one step, as the single takes that would follow would.
+    adopt_created();
+    counters_.pool_hits += pset_.take_free(count - (out.size() - start), out);
   }
   return true;
 }
