@@ -1,5 +1,7 @@
 #include "sim/vtensor_policy.hpp"
 
+#include "sim/contention_model.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -59,12 +61,13 @@ void vtensor_policy::book_step_calls() {
   if (d <= sim_ns{0}) return;
   const sim_ns at = now();
   if (worker_free_ > at && new_calls > 0) {
-    // The rest of the worker's call in flight: half a call (an assumption: the step thread's
-    // operation arrives at a uniformly random point of it), at most until the worker is free. In
-    // a release's unmaps the call is a whole run (one backend call), else one map + set-access.
+    // The rest of the worker's call in flight (Note [Rest of a call in flight] in
+    // sim/contention_model.hpp), at most until the worker is free. In a release's unmaps the call
+    // is a whole run (one backend call), else one map + set-access.
     const bool in_unmaps = at >= unmap_span_.first && at < unmap_span_.second;
-    const sim_ns call{in_unmaps ? unmap_call_ : sim_ns{worker_call_ns_}};
-    const sim_ns behind = std::min(worker_free_ - at, call / 2);
+    const double rest = in_unmaps ? k_rest_of_unmap_call * static_cast<double>(unmap_call_.count())
+                                  : k_rest_of_map_call * static_cast<double>(worker_call_ns_);
+    const sim_ns behind = std::min(worker_free_ - at, sim_ns{static_cast<std::uint64_t>(rest)});
     contention_ += behind;
     ++contended_;
     critical_ += behind;

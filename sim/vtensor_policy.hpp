@@ -65,9 +65,10 @@
 /// model's clock: the worker clock is past the step thread's) waits for the rest of the worker's
 /// call in flight, once, and the worker's later calls wait behind the whole operation, so its
 /// clock moves on by the operation's price (book_step_calls()). The rest of a call in flight is
-/// booked as half a call (an assumption, the mean when the operation arrives at a uniformly random
-/// point of the call), capped by the time the worker has left. The call is a map + set-access of
-/// one chunk (about 46 us in the built-in H200 latency model), or, while the worker unmaps
+/// booked as a measured fraction of the call (Note [Rest of a call in flight] in
+/// sim/contention_model.hpp: 0.85 of a map + set-access, 0.55 of a run's unmap), capped by the
+/// time the worker has left. The call is a map + set-access of one chunk (about 46 us in the
+/// built-in H200 latency model), or, while the worker unmaps
 /// released requests, one backend unmap call, which covers a whole run of chunks (the mean run of
 /// those releases: core/async_mapper.cpp unmaps a run in one call, the cuda backend makes one
 /// driver call per chunk inside it). Only work handed out before the current step build counts:

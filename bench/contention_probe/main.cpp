@@ -12,9 +12,11 @@
 //   2. waits a delay drawn uniformly from [0, the job's duration measured alone);
 //   3. makes one step-thread VMM call the way operations::vmm() does (holding the driver, timing
 //      a lock found taken), and records whether the job was still running and how long it waited.
-// The model's booking for the same trial is min(half a call, the job's remaining time) when the
-// job was not done; the probe prints both sums. A call is the job's measured duration divided by
-// its backend calls (the chunks of a map job, one for an unmap run).
+// The model's booking for the same trial is min(rest of a call, the job's remaining time) when the
+// job was not done, the rest being the model's fraction of the mean call (sim/contention_model.hpp)
+// and the mean call the worker's own backend time over the warm-up jobs divided by their backend
+// calls (the chunks of a map job, one for an unmap run). The probe prints both sums, and the
+// measured rest per wait as a fraction of the mean call: what the model's fraction is set from.
 // Usage: vtensor_contention_probe [--backend cuda] [--device N] [--trials N] [--seed S] [--json F|-]
 
 #include <algorithm>
@@ -28,12 +30,13 @@
 #include <thread>
 #include <vector>
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "backends/registry.hpp"
 #include "core/async_mapper.hpp"
+#include "sim/contention_model.hpp"
 #include "traces/atomic_output_file.hpp"
 
 namespace po = boost::program_options;
@@ -51,7 +54,9 @@ double ns_since(steady::time_point t) {
 struct kind_result {
   std::string kind;
   std::uint64_t calls_per_job = 0;
-  double job_ns = 0;  // the job alone (median of the warm-up)
+  double job_ns = 0;   // the job alone, wall time from submission (median of the warm-up)
+  double call_ns = 0;  // the worker's mean backend call (its charged time over the warm-up's calls)
+  double rest = 0;     // the model's fraction of a call
   std::uint64_t trials = 0, busy = 0, waits = 0;
   double measured_ns = 0;  // sum of the step thread's lock waits
   double modelled_ns = 0;  // sum of the model's bookings for the busy trials
@@ -72,6 +77,7 @@ class probe {
   }
   probe(const probe&) = delete;
   probe& operator=(const probe&) = delete;
+  [[nodiscard]] double worker_ns() const { return static_cast<double>(mapper_.counters().worker_vmm_ns); }
   ~probe() {
     try {
       mapper_.drain();
@@ -129,8 +135,7 @@ class probe {
     r.measured_ns += waited;
     if (busy) {
       ++r.busy;
-      const double call = r.job_ns / static_cast<double>(r.calls_per_job);
-      r.modelled_ns += std::min(call / 2, std::max(0.0, r.job_ns - at));
+      r.modelled_ns += std::min(r.rest * r.call_ns, std::max(0.0, r.job_ns - at));
     }
     return 0;
   }
@@ -153,8 +158,12 @@ kind_result run_kind(probe& p, bool unmap, std::uint32_t chunks, int trials, std
   kind_result r;
   r.kind = unmap ? "unmap" : "map";
   r.calls_per_job = unmap ? 1 : chunks;
+  r.rest = unmap ? sim::k_rest_of_unmap_call : sim::k_rest_of_map_call;
+  constexpr int k_warm_up = 15;
   std::vector<double> alone;
-  for (int i = 0; i < 15; ++i) alone.push_back(p.trial(unmap, -1, r));
+  const double worker_before = p.worker_ns();
+  for (int i = 0; i < k_warm_up; ++i) alone.push_back(p.trial(unmap, -1, r));
+  r.call_ns = (p.worker_ns() - worker_before) / (k_warm_up * static_cast<double>(r.calls_per_job));
   std::sort(alone.begin(), alone.end());
   r.job_ns = alone[alone.size() / 2];
   std::uniform_real_distribution<double> delay(0, r.job_ns);
@@ -167,6 +176,8 @@ nlohmann::ordered_json to_json(const kind_result& r) {
   j["kind"] = r.kind;
   j["backend_calls_per_job"] = r.calls_per_job;
   j["job_us"] = r.job_ns / 1e3;
+  j["mean_call_us"] = r.call_ns / 1e3;
+  j["model_rest_of_call"] = r.rest;
   j["trials"] = r.trials;
   j["busy_trials"] = r.busy;
   j["measured_waits"] = r.waits;
@@ -174,6 +185,7 @@ nlohmann::ordered_json to_json(const kind_result& r) {
   j["modelled_bookings"] = r.busy;
   j["modelled_us"] = r.modelled_ns / 1e3;
   j["modelled_over_measured"] = r.measured_ns > 0 ? r.modelled_ns / r.measured_ns : 0.0;
+  j["measured_rest_of_call"] = r.waits > 0 ? r.measured_ns / static_cast<double>(r.waits) / r.call_ns : 0.0;
   return j;
 }
 
@@ -182,10 +194,10 @@ nlohmann::ordered_json to_json(const kind_result& r) {
 int main(int argc, char** argv) {
   po::options_description options("vtensor_contention_probe options");
   options.add_options()("help,h", "print this help")("backend", po::value<std::string>()->default_value("cuda"),
-                                                      "backend to probe (cuda; sim runs the same code with no "
-                                                      "wall-clock cost, a smoke test)")(
-      "device", po::value<int>()->default_value(0), "GPU index (cuda)")(
-      "trials", po::value<int>()->default_value(400), "trials per kind (map, unmap)")(
+                                                     "backend to probe (cuda; sim runs the same code with no "
+                                                     "wall-clock cost, a smoke test)")(
+      "device", po::value<int>()->default_value(0), "GPU index (cuda)")("trials", po::value<int>()->default_value(400),
+                                                                        "trials per kind (map, unmap)")(
       "map-chunks", po::value<std::uint32_t>()->default_value(16), "chunks a map job maps")(
       "unmap-chunks", po::value<std::uint32_t>()->default_value(32), "chunks of the run an unmap job unmaps")(
       "seed", po::value<std::uint64_t>()->default_value(1), "seed of the delays")(
@@ -227,9 +239,11 @@ int main(int argc, char** argv) {
     for (const kind_result& r : results) {
       out["kinds"].push_back(to_json(r));
       std::cout << fmt::format(
-          "{:>5}: job {:.1f} us alone ({} backend calls); {} trials, {} with the job still running; measured {} "
-          "waits, {:.1f} us; modelled {} bookings, {:.1f} us (model / measured {:.3f})\n",
-          r.kind, r.job_ns / 1e3, r.calls_per_job, r.trials, r.busy, r.waits, r.measured_ns / 1e3, r.busy,
+          "{:>5}: job {:.1f} us alone ({} backend calls of {:.1f} us); {} trials, {} with the job still running; "
+          "measured {} waits, {:.1f} us ({:.3f} of a call each); modelled {} bookings ({:.2f} of a call), {:.1f} us "
+          "(model / measured {:.3f})\n",
+          r.kind, r.job_ns / 1e3, r.calls_per_job, r.call_ns / 1e3, r.trials, r.busy, r.waits, r.measured_ns / 1e3,
+          r.waits > 0 ? r.measured_ns / static_cast<double>(r.waits) / r.call_ns : 0.0, r.busy, r.rest,
           r.modelled_ns / 1e3, r.measured_ns > 0 ? r.modelled_ns / r.measured_ns : 0.0);
     }
     if (v.count("json")) {

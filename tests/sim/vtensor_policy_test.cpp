@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include "sim/contention_model.hpp"
 #include "sim/policy_registry.hpp"
 #include "sim/vtensor_policy.hpp"
 #include "tests/sim/sim_test_support.hpp"
@@ -114,8 +115,9 @@ TEST_CASE("vtensor policy: an overloaded worker makes steps wait - synchronous l
 
 TEST_CASE("vtensor policy: a step-thread call meets the worker busy with an earlier build's jobs once per operation") {
   // Build 1 hands out 20 jobs of 4 pages; they start when it ends. Build 2, 1 us later, admits
-  // 5 more requests: each admission's prompt maps find the worker busy, wait half a map +
-  // set-access once, and push the worker's clock back by their own price (Note [Driver contention]).
+  // 5 more requests: each admission's prompt maps find the worker busy, wait the rest of a map +
+  // set-access once (Note [Rest of a call in flight]), and push the worker's clock back by their
+  // own price (Note [Driver contention]).
   auto p = h200_policy(4, true);
   std::vector<token_block> none;
   p->advance_to(sim_us{1});
@@ -126,10 +128,11 @@ TEST_CASE("vtensor policy: a step-thread call meets the worker busy with an earl
   p->advance_to(sim_us{2});
   for (std::uint64_t id = 21; id <= 25; ++id) REQUIRE(p->admit({request_id{id}, none, 512, 8000}).admitted);
   const latency_model h = latency_model::h200();
-  const std::uint64_t half_call = (h.cost_ns(vmm_call::map) + h.cost_ns(vmm_call::set_access)) / 2;
+  const auto rest = static_cast<std::uint64_t>(
+      k_rest_of_map_call * static_cast<double>(h.cost_ns(vmm_call::map) + h.cost_ns(vmm_call::set_access)));
   CHECK(v.pipeline_figures().contended_calls == 5);
-  CHECK(v.pipeline_figures().contention_ns == 5 * half_call);
-  CHECK(p->critical_vmm_time().count() - before == v.report().step.total_model_ns() - before + 5 * half_call);
+  CHECK(v.pipeline_figures().contention_ns == 5 * rest);
+  CHECK(p->critical_vmm_time().count() - before == v.report().step.total_model_ns() - before + 5 * rest);
   // The worker's jobs are later by the admissions' price: the first growth of request 1 waits for
   // its job, which ended after build 1's 4 pages and build 2's step-thread calls.
   p->advance_to(sim_us{3});
@@ -276,7 +279,7 @@ TEST_CASE("vtensor policy: the rest of a long prompt is due when its second chun
   }
 }
 
-TEST_CASE("vtensor policy: a step-thread call during a release's unmaps waits for half a run's unmap") {
+TEST_CASE("vtensor policy: a step-thread call during a release's unmaps waits for the rest of a run's unmap") {
   // The worker unmaps a released request's pages a run per backend call (core/async_mapper.cpp),
   // so a step-thread operation arriving then waits for the rest of a run, not of one map.
   vtensor_policy p = pipelined_policy();
@@ -294,8 +297,9 @@ TEST_CASE("vtensor policy: a step-thread call during a release's unmaps waits fo
   REQUIRE(p.grow(request_id{1}, 1));  // token 513: its page is mapped by the step thread, now
   CHECK(p.pipeline_figures().contended_calls == 1);
   const std::uint64_t map_call = h.cost_ns(vmm_call::map) + h.cost_ns(vmm_call::set_access);
-  CHECK(p.pipeline_figures().contention_ns > map_call / 2);  // a run is longer than a map
-  CHECK(p.pipeline_figures().contention_ns <= unmaps / 2);   // at most half of all of them (one run)
+  CHECK(p.pipeline_figures().contention_ns > map_call);  // a run is longer than a map
+  // At most the model's rest of all of them (one run: Note [Rest of a call in flight]).
+  CHECK(p.pipeline_figures().contention_ns <= static_cast<std::uint64_t>(k_rest_of_unmap_call * double(unmaps)));
   p.release(request_id{1}, release_reason::finished);
   p.settle();
   p.check_invariants();
