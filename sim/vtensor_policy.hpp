@@ -66,7 +66,7 @@
 /// call in flight, once, and the worker's later calls wait behind the whole operation, so its
 /// clock moves on by the operation's price (book_step_calls()). The rest of a call in flight is
 /// booked as a measured fraction of the call (Note [Rest of a call in flight] in
-/// sim/contention_model.hpp: 0.85 of a map + set-access, 0.55 of a run's unmap), capped by the
+/// sim/contention_model.hpp: a whole map + set-access, 0.55 of a run's unmap), capped by the
 /// time the worker has left. The call is a map + set-access of one chunk (about 46 us in the
 /// built-in H200 latency model), or, while the worker unmaps
 /// released requests, one backend unmap call, which covers a whole run of chunks (the mean run of
