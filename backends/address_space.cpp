@@ -152,6 +152,34 @@ address_space::map_slot address_space::check_map(device_addr va, chunk_handle h)
   return {&range->second, &span, entry};
 }
 
+void address_space::map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
+  if (mapped >= handles.size()) return;
+  const device_addr base = va + mapped * k_chunk_bytes;
+  const auto range = find_range(base);
+  if (range == ranges_.end()) [[unlikely]] {
+    (void)check_map(base, handles[mapped]);  // throws
+  }
+  range_info& info = range->second;
+  const std::uint64_t first = (base - range->first) / k_chunk_bytes;
+  const std::uint64_t in_range = info.bytes / k_chunk_bytes;
+  const std::uint64_t n = std::min<std::uint64_t>(handles.size() - mapped, in_range - std::min(first, in_range));
+  std::vector<span_state>& spans = info.spans;
+  if (first + n > spans.size()) spans.resize(std::min(in_range, std::max<std::uint64_t>(first + n, 2 * spans.size())));
+  for (std::uint64_t i = 0; i < n; ++i, ++mapped) {
+    const chunk_handle h = handles[mapped];
+    const std::uint32_t entry = entry_of(h);
+    span_state& span = spans[first + i];
+    if (entry == k_no_entry || span.handle != 0) [[unlikely]] {
+      (void)check_map(base + i * k_chunk_bytes, h);  // throws the rule it breaks
+    }
+    span = span_state{h.value, entry, true};
+    ++entries_[entry].mappings;
+    ++info.mapped_spans;  // counted as it goes: a later chunk may throw
+    ++mappings_;
+  }
+  if (mapped < handles.size()) (void)check_map(va + mapped * k_chunk_bytes, handles[mapped]);  // past the range: throws
+}
+
 void address_space::commit_map(const map_slot& slot, chunk_handle h) {
   *slot.span = span_state{h.value, slot.entry, false};
   ++slot.range->mapped_spans;

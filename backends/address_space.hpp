@@ -95,6 +95,10 @@ class address_space {
   [[nodiscard]] map_slot check_map(device_addr va, chunk_handle h);
   /// Records the mapping check_map found room for (not accessible yet).
   void commit_map(const map_slot& slot, chunk_handle h);
+  /// check_map + commit_map + access for handles[mapped], handles[mapped + 1], ... at consecutive
+  /// chunks from `va`, the range looked up once (Note [Tracking on the map path]); `mapped` counts
+  /// the chunks done, and the first chunk that breaks a rule throws check_map's error.
+  void map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped);
   /// set_access or unmap (`call`) of `[va, va + bytes)`: every chunk-sized span of it mapped.
   [[nodiscard]] mapped_run check_mapped(vmm_call call, device_addr va, std::uint64_t bytes);
   /// Marks the spans of `run` accessible.

@@ -156,11 +156,7 @@ void sim_backend::do_map_run_with_access(device_addr va, std::span<const chunk_h
       self.charge(vmm_call::set_access, self.cost(vmm_call::set_access) * mapped);
     }
   } guard{*this, mapped};
-  for (; mapped < handles.size(); ++mapped) {
-    const address_space::map_slot slot = space_.check_map(va + mapped * k_chunk_bytes, handles[mapped]);
-    space_.commit_map(slot, handles[mapped]);
-    slot.span->accessible = true;
-  }
+  space_.map_run_with_access(va, handles, mapped);
 }
 
 void sim_backend::do_set_access(device_addr va, std::uint64_t bytes) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backends/fault_injection_backend.hpp"
@@ -69,6 +70,43 @@ TEST_CASE("map_run_with_access: a failing chunk leaves the ones before it mapped
   CHECK(run.sim.counters().time_ns == one.sim.counters().time_ns);
   CHECK(run.sim.accessible(run.base + k_chunk_bytes));
   run.sim.check_invariants();
+}
+
+TEST_CASE(
+    "map_run_with_access: a run past its range's end or with a released chunk stops there, with the single call's "
+    "error") {
+  run_device d, one;
+  std::string single;
+  try {
+    one.sim.map_with_access(one.base + 8 * k_chunk_bytes, one.handles[2]);  // the first chunk past the end
+  } catch (const vmm_error& e) {
+    single = e.what();
+  }
+  REQUIRE(!single.empty());
+  std::size_t mapped = 0;
+  // Chunks 6 and 7 of the 8-chunk range fit; the third is past the end.
+  try {
+    d.sim.map_run_with_access(d.base + 6 * k_chunk_bytes, d.handles, mapped);
+    FAIL("no error");
+  } catch (const vmm_error& e) {
+    CHECK(std::string(e.what()) == single);
+  }
+  CHECK(mapped == 2);
+  CHECK(d.sim.live().mappings == 2);
+  d.sim.check_invariants();
+  // A released chunk in the middle of a run: the ones before it are mapped.
+  run_device r;
+  r.sim.release_chunk(r.handles[1]);
+  mapped = 0;
+  try {
+    r.sim.map_run_with_access(r.base, r.handles, mapped);
+    FAIL("no error");
+  } catch (const vmm_error& e) {
+    CHECK(std::string(e.what()).find("unknown or already released") != std::string::npos);
+  }
+  CHECK(mapped == 1);
+  CHECK(r.sim.live().mappings == 1);
+  r.sim.check_invariants();
 }
 
 TEST_CASE("map_run_with_access: through an adaptor the run is split into its calls, whose faults hit the same chunk") {
