@@ -186,7 +186,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
 }
 
 void replica::start_step() {
-  step_wall_start_ = std::chrono::steady_clock::now();
+  if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();
   policy_.advance_to(sim_us{queue_.now()});
   in_step_ = true;
   pipelined_ = config_.pipeline && continuing_;
@@ -336,9 +336,11 @@ void replica::end_step() {
   } else if (config_.check_sampled) {
     check_sampled();
   }
-  counters_.step_wall_ns += static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - step_wall_start_)
-          .count());
+  if (config_.measure_wall) {
+    counters_.step_wall_ns += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - step_wall_start_)
+            .count());
+  }
   in_step_ = false;
   observe();
   continuing_ = true;

@@ -115,6 +115,10 @@ struct replica_config {
   /// Pipelined admission (Note [Pipelined admission in the replica]): after a step, admit only
   /// requests that arrived before it began, as if decided while it ran.
   bool pipeline = false;
+  /// Read the wall clock around each step (counters' step_wall_ns, the summary's measured block).
+  /// Off where nothing reports it (`--no-wall`, compare): two clock reads a step were about 5% of
+  /// a replay of many small steps (results/README.md, "Replay speed (issue 13)"). Never decides.
+  bool measure_wall = true;
 };
 
 /// One step, as the observers see it.

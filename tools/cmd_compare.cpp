@@ -731,6 +731,7 @@ int run_compare(const po::variables_map& v, const std::vector<std::string>& shar
             p.id = sanitized(x.arms[a].name + "@" + c.id);
             p.options =
                 point_options(shared, x.arms[a], x.memory[m], x.time_scale_text[s], x.kernel_factors[k], x.traces[t]);
+            p.options.config.replica.measure_wall = false;  // a point reports no step wall time
             points.push_back(std::move(p));
           }
           const std::uint64_t bytes = points.back().options.policy.memory_bytes;

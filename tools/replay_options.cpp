@@ -367,6 +367,7 @@ replay_options parse_replay_options(const po::variables_map& v) {
   parse_memory(v, o);
   parse_replica(v, o);
   o.with_wall = !v["no-wall"].as<bool>();
+  o.config.replica.measure_wall = o.with_wall;  // the step wall clock is reported only with_wall
   if (v.count("json") != 0) o.json = get<std::string>(v, "json");
   if (v.count("timeseries") != 0) o.timeseries = get<std::string>(v, "timeseries");
   if (v.count("chrome-trace") != 0) o.chrome_trace = get<std::string>(v, "chrome-trace");

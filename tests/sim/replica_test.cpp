@@ -236,3 +236,28 @@ TEST_CASE("replica: the state tracker integrates over time and samples on its gr
   CHECK(l.p99 == doctest::Approx(5.0));
   CHECK(l.mean == doctest::Approx(3.0));
 }
+
+TEST_CASE("replica: measure_wall off reads no clock and changes nothing else") {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 5; ++i) {
+    lines.push_back(R"({"timestamp": )" + std::to_string(i * 100) +
+                    R"(, "input_length": 600, "output_length": 40, "hash_ids": [1, )" + std::to_string(200 + i) + "]}");
+  }
+  const auto path = write_trace("wall.jsonl", lines);
+  auto cfg = llama_replay();
+  recorder on, off;
+  const auto measured = replay_file(path, llama_policy(k_unlimited), cfg, {&on});
+  cfg.replica.measure_wall = false;
+  const auto unmeasured = replay_file(path, llama_policy(k_unlimited), cfg, {&off});
+  CHECK(measured.counters.step_wall_ns > 0);
+  CHECK(unmeasured.counters.step_wall_ns == 0);
+  CHECK(unmeasured.counters.completed == 5);
+  CHECK(unmeasured.counters.completed == measured.counters.completed);
+  CHECK(unmeasured.simulated_seconds == measured.simulated_seconds);
+  REQUIRE(off.steps.size() == on.steps.size());
+  for (std::size_t i = 0; i < on.steps.size(); ++i) {
+    CHECK(off.steps[i].start == on.steps[i].start);
+    CHECK(off.steps[i].duration_us == on.steps[i].duration_us);
+    CHECK(off.steps[i].running == on.steps[i].running);
+  }
+}
