@@ -57,6 +57,14 @@ extend_result manager::extend(request_id id, std::uint64_t tokens) {
   return r;
 }
 
+std::size_t manager::extend_in_place(std::span<const request_id> ids, std::uint64_t tokens) {
+  std::lock_guard lock(mutex_);  // no driver call: no driver hand-over (Note [Driver hand-over])
+  std::size_t n = 0;
+  while (n < ids.size() && scheduler_.grow_in_place(ids[n], tokens)) ++n;
+  if (n > 0) after_op();
+  return n;
+}
+
 create_result manager::fork(request_id parent, request_id child) {
   std::lock_guard lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]

@@ -73,6 +73,10 @@ class manager {
   /// Grows request `id` by `tokens`; the pointer never moves. On needs_preemption nothing
   /// changed (but cached prefixes may have been evicted).
   extend_result extend(request_id id, std::uint64_t tokens);
+  /// extend(id, tokens) for each of `ids` in turn while it needs nothing but counting
+  /// (scheduler::grow_in_place()), under one lock; returns how many grew. The first id not grown
+  /// (if any) is untouched: call extend() for it.
+  std::size_t extend_in_place(std::span<const request_id> ids, std::uint64_t tokens);
   /// Forks live request `parent` into new request `child` sharing its whole pages.
   create_result fork(request_id parent, request_id child);
   /// Ends request `id`: its prefix is recorded for reuse, its memory returns to the pool.

@@ -475,6 +475,22 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
   return result;
 }
 
+bool scheduler::grow_in_place(request_id id, std::uint64_t tokens) {
+  const auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  vtensor_record& r = *it->second;
+  const std::uint64_t total = r.tokens + tokens;
+  if (total > r.max_tokens) return false;
+  // extend()'s in-place test, needed <= ready_pages && needed <= pages_for_tokens(r.tokens), as
+  // one product: needed pages hold `total` tokens exactly when total bytes fit in them.
+  const std::uint64_t pages = std::min<std::uint64_t>(r.ready_pages, geometry_.pages_for_tokens(r.tokens));
+  if (total * geometry_.bytes_per_token_per_tensor() > pages * geometry_.chunk_bytes()) return false;
+  own_valid_bytes_ += tokens * geometry_.bytes_per_token();
+  logical_tokens_ += tokens;
+  r.tokens = total;  // the same pages: token_pages_ does not change
+  return true;
+}
+
 void scheduler::grow(vtensor_record& r, std::uint64_t tokens) {
   own_valid_bytes_ += tokens * geometry_.bytes_per_token();
   logical_tokens_ += tokens;

@@ -130,6 +130,10 @@ class scheduler {
   /// Grows request `id` by `tokens`; its pointer never moves. Throws std::invalid_argument for an
   /// unknown id or growth past its max tokens.
   extend_result extend(request_id id, std::uint64_t tokens);
+  /// extend(id, tokens) when that needs nothing but counting: the request is live, stays within
+  /// its max, and the tokens land in pages its tokens already use, all mapped and ready (the
+  /// in-place case of extend()). Returns false and changes nothing otherwise: then call extend().
+  [[nodiscard]] bool grow_in_place(request_id id, std::uint64_t tokens);
   /// New request `child` holding `parent`'s tokens: whole pages shared, the partial one copied
   /// (or recomputed, by policy).
   create_result fork(request_id parent, request_id child);

@@ -118,11 +118,14 @@ void replica::preempt(live_request& r) {
   r.prefill_target = 0;
 }
 
-// Grows running_[index] by one token, preempting from the back on failure. Returns false when
-// running_[index] itself was preempted (it was the most recent).
+// Grows running_[index] by one token, whose first attempt (in grow_each()) failed, preempting
+// from the back until it fits. Returns false when running_[index] itself was preempted (it was
+// the most recent).
 bool replica::decode_grow(std::size_t index) {
   live_request& r = *running_[index];
-  while (!policy_.grow(request_id{r.id}, 1)) {
+  bool first = true;
+  while (first || !policy_.grow(request_id{r.id}, 1)) {
+    first = false;
     std::unique_ptr<live_request> victim = std::move(running_.back());
     running_.pop_back();
     preempt(*victim);
@@ -196,13 +199,33 @@ void replica::start_step() {
   const sim_ns critical_start = policy_.critical_vmm_time();
   std::uint32_t budget = config_.token_budget;
 
-  // 1. Decode: one token for each running request past its prefill, oldest first.
-  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+  // 1. Decode: one token for each running request past its prefill, oldest first (the first
+  // `budget` of them), in one grow_each() (Note [A step's decode growth in one call]); where a
+  // growth fails, preempt from the back and retry it (decode_grow), then go on after it.
+  decode_index_.clear();
+  decode_ids_.clear();
+  for (std::size_t i = 0; i < running_.size() && decode_index_.size() < budget; ++i) {
     if (!running_[i]->decoding()) continue;
-    if (!decode_grow(i)) break;  // it was the newest: nothing after it is left
-    batch_.push_back({running_[i].get(), 1, true});
-    --budget;
+    decode_index_.push_back(i);
+    decode_ids_.push_back(request_id{running_[i]->id});
   }
+  std::size_t next = 0;
+  while (next < decode_ids_.size()) {
+    next += policy_.grow_each(std::span<const request_id>(decode_ids_).subspan(next));
+    if (next == decode_ids_.size()) break;
+    if (!decode_grow(decode_index_[next])) {  // it was the newest: nothing after it is left
+      decode_index_.resize(next);
+      break;
+    }
+    ++next;
+    // Preemptions took requests from the back: those were not grown yet, and are gone.
+    std::size_t left = next;
+    while (left < decode_index_.size() && decode_index_[left] < running_.size()) ++left;
+    decode_index_.resize(left);
+    decode_ids_.resize(left);
+  }
+  for (const std::size_t i : decode_index_) batch_.push_back({running_[i].get(), 1, true});
+  budget -= static_cast<std::uint32_t>(decode_index_.size());
   // 2. Prefill left over from earlier steps.
   bool any_prefill = false;
   for (auto& r : running_) {

@@ -259,9 +259,11 @@ class replica {
   std::vector<std::unique_ptr<live_request>> running_;  // admission order
   std::vector<batch_entry> batch_;
   bool in_step_ = false;
-  std::uint64_t steps_since_check_ = 0;  // Note [Sampled invariant checks of a replay]
-  sim_ns pending_release_critical_{};    // critical VMM time of releases since the last step was built
-  sim_ns pending_release_vmm_{};         // all VMM time of those releases
+  std::vector<std::size_t> decode_index_;  // this step's decoders: their places in running_
+  std::vector<request_id> decode_ids_;     // and their ids (grow_each())
+  std::uint64_t steps_since_check_ = 0;    // Note [Sampled invariant checks of a replay]
+  sim_ns pending_release_critical_{};      // critical VMM time of releases since the last step was built
+  sim_ns pending_release_vmm_{};           // all VMM time of those releases
   std::array<std::uint64_t, k_vmm_call_kinds> last_step_calls_{};  // VMM calls when the previous step was built
   std::uint32_t step_preempted_ = 0;
   bool continuing_ = false;                                // start_step() called at the end of a step

@@ -261,6 +261,23 @@ bool vtensor_policy::do_grow(request_id id, std::uint64_t tokens) {
   return true;
 }
 
+// Note [A step's decode growth in one call] in sim/kv_policy.hpp. The in-place growths make no
+// call, wait for no job and hand none out, so do_grow() for them would only take the carry (the
+// first does) and book calls made before it (none are left unbooked: every operation books its
+// own); taking and booking once before the run is the same.
+std::size_t vtensor_policy::do_grow_each(std::span<const request_id> ids) {
+  std::size_t done = 0;
+  while (done < ids.size()) {
+    take_carry();
+    book_step_calls();
+    done += manager_->extend_in_place(ids.subspan(done), 1);
+    if (done == ids.size()) break;
+    if (!do_grow(ids[done], 1)) break;
+    ++done;
+  }
+  return done;
+}
+
 void vtensor_policy::do_release(request_id id, release_reason why) {
   take_carry();
   const sim_ns start = now();

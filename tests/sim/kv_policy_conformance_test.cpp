@@ -127,6 +127,55 @@ void conformance(const std::string& name, const std::string& backend) {
     p->release(request_id{id}, release_reason::finished);
   }
 
+  SUBCASE("grow_each() is the loop of grow()s: the same count, memory, calls and modelled times") {
+    // `p` takes grow_each(), `q` the loop, over the same admissions, until memory runs out.
+    auto q = make_kv_policy(name, options_on(backend, 2 * k_gib));
+    std::vector<request_id> ids;
+    for (std::uint64_t id = 1; id < 200; ++id) {
+      const std::vector<token_block> own{{id * 1000, 512}};
+      const kv_admit_result a = p->admit({request_id{id}, own, 1000 + id * 37, 1000 + id * 37 + 700});
+      const kv_admit_result b = q->admit({request_id{id}, own, 1000 + id * 37, 1000 + id * 37 + 700});
+      REQUIRE(a.admitted == b.admitted);
+      if (!a.admitted) break;
+      ids.push_back(request_id{id});
+    }
+    REQUIRE(ids.size() >= 2);
+    std::uint64_t short_rounds = 0;
+    for (std::uint64_t round = 1; round <= 600 && !ids.empty(); ++round) {
+      CAPTURE(round);
+      p->advance_to(sim_us{round * 1000});
+      q->advance_to(sim_us{round * 1000});
+      const std::size_t grown = p->grow_each(ids);
+      std::size_t looped = 0;
+      while (looped < ids.size() && q->grow(ids[looped], 1)) ++looped;
+      REQUIRE(grown == looped);
+      const kv_stats a = p->stats();
+      const kv_stats b = q->stats();
+      CHECK(a.memory == b.memory);
+      CHECK(a.breakdown == b.breakdown);
+      CHECK(a.vmm.calls == b.vmm.calls);
+      CHECK(a.chunks_created == b.chunks_created);
+      CHECK(p->vmm_time() == q->vmm_time());
+      CHECK(p->critical_vmm_time() == q->critical_vmm_time());
+      if (grown < ids.size()) {  // what the replica does: preempt the newest, retry later
+        ++short_rounds;
+        p->release(ids.back(), release_reason::preempted);
+        q->release(ids.back(), release_reason::preempted);
+        ids.pop_back();
+      }
+    }
+    // Growth runs out where it takes pages or blocks from the shared pool; static reservations
+    // hold max_tokens, and vattention's admissions run out of whole rows (and map one ahead) first.
+    if (caches_prefixes(name)) CHECK(short_rounds > 0);
+    CHECK_THROWS_AS((void)p->grow_each(std::vector<request_id>{request_id{99999}}), std::invalid_argument);
+    for (const request_id id : ids) {
+      p->release(id, release_reason::finished);
+      q->release(id, release_reason::finished);
+    }
+    check_stats(*p);
+    CHECK(p->stats().memory == q->stats().memory);
+  }
+
   SUBCASE("misuse is refused: unknown ids, growth past max_tokens, a second admission of a live id") {
     CHECK_THROWS_AS((void)p->grow(request_id{9}, 1), std::invalid_argument);
     CHECK_THROWS_AS(p->release(request_id{9}, release_reason::finished), std::invalid_argument);
