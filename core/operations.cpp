@@ -67,14 +67,27 @@ std::optional<chunk_id> operations::alloc_chunk_evicting() {
 // reversed and counts its chunks as pool hits. It does just that, without touching each chunk.
 // After each chunk that had to be created or evicted for, what the pool holds again is taken in
 // one step too.
+//
+// Evicting for a run the device cannot hold otherwise (the pool short, the device at its
+// capacity) is what most admissions tried under memory pressure do, and most of them fail after
+// evicting everything evictable (a whole Mooncake replay put back 8.5 million chunks so). The
+// loop takes the pool P, then after each eviction the chunks F it freed, one by one, and on
+// failure gives all back in the order taken: the pool ends as reverse(P), reverse(F1), ...,
+// reverse(Fk). alloc_by_eviction() builds that order in place (P reversed, then each F as its
+// eviction frees it) and touches the chunks only when the run succeeds: then it takes the
+// reversed part whole and the last eviction's chunks from the pool's end, as the loop would.
+// Only with no mapping worker or an inline one: a worker thread may hand in created chunks
+// between two evictions, which the loop adopts and takes.
 bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_id>& out) {
   const std::size_t start = out.size();
   adopt_created();
-  if (const std::size_t pool = pset_.free_count();
-      pool < count && pset_.live() >= capacity_chunks_ && (!evict || tree_.evictable_count() == 0)) {
-    counters_.pool_hits += pool;
-    pset_.reverse_free_pool();
-    return false;
+  if (const std::size_t pool = pset_.free_count(); pool < count && pset_.live() >= capacity_chunks_) {
+    if (!evict || tree_.evictable_count() == 0) {
+      counters_.pool_hits += pool;
+      pset_.reverse_free_pool();
+      return false;
+    }
+    if (!mapper_ || mapper_->inline_jobs()) return alloc_by_eviction(count, out);
   }
   out.reserve(start + count);
   counters_.pool_hits += pset_.take_free(count, out);
@@ -92,6 +105,27 @@ bool operations::alloc_chunks(std::size_t count, bool evict, std::vector<chunk_i
     counters_.pool_hits += pset_.take_free(count - (out.size() - start), out);
   }
   return true;
+}
+
+bool operations::alloc_by_eviction(std::size_t count, std::vector<chunk_id>& out) {
+  std::size_t have = pset_.free_count();  // chunks the loop would hold: the pool's oldest `have`
+  counters_.pool_hits += have;
+  pset_.reverse_free_pool();
+  while (have < count) {
+    const std::size_t before = pset_.free_count();
+    if (!evict_one()) return false;  // the pool is as the loop leaves it
+    const std::size_t freed = pset_.free_count() - before;
+    if (have + freed >= count) {
+      out.reserve(out.size() + count);
+      pset_.take_oldest_free(have, out);
+      counters_.pool_hits += pset_.take_free(count - have, out);
+      return true;
+    }
+    pset_.reverse_free_pool_from(before);
+    have += freed;
+    counters_.pool_hits += freed;
+  }
+  return true;  // not reached: the pool held less than `count`
 }
 
 void operations::unuse(chunk_id c) {

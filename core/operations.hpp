@@ -195,6 +195,9 @@ class operations {
   void check_invariants() const;
 
  private:
+  /// alloc_chunks(count, true, out) when the pool holds less than `count` and nothing can be
+  /// created (Note [Allocating a run of chunks] in operations.cpp).
+  [[nodiscard]] bool alloc_by_eviction(std::size_t count, std::vector<chunk_id>& out);
   void drop_pages(std::vector<page_version>& pages);
   /// unrecord() of each mapping of a run, prefetching the chunk records ahead.
   void unrecord_run(std::span<mapping* const> maps);

@@ -43,6 +43,16 @@ std::size_t pset::take_free(std::size_t n, std::vector<chunk_id>& out) {
   return n;
 }
 
+void pset::take_oldest_free(std::size_t n, std::vector<chunk_id>& out) {
+  n = std::min(n, free_.size());
+  const auto last = free_.begin() + static_cast<std::ptrdiff_t>(n);
+  for (auto it = free_.begin(); it != last; ++it) {
+    at(it->value).in_free_pool = false;
+    out.push_back(*it);
+  }
+  free_.erase(free_.begin(), last);
+}
+
 chunk_handle pset::forget(chunk_id id) {
   chunk_record& c = at(id.value);
   if (c.ref_count != 0 || !c.mappings.empty()) {

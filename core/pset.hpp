@@ -60,7 +60,13 @@ class pset {
   std::size_t take_free(std::size_t n, std::vector<chunk_id>& out);
   /// Reverses the free pool's order: what taking every chunk and putting each back in the order
   /// taken leaves, without touching a record.
-  void reverse_free_pool() { std::reverse(free_.begin(), free_.end()); }
+  void reverse_free_pool() { reverse_free_pool_from(0); }
+  /// Reverses the free pool's chunks from position `from` (0: the oldest) to the newest.
+  void reverse_free_pool_from(std::size_t from) {
+    std::reverse(free_.begin() + static_cast<std::ptrdiff_t>(from), free_.end());
+  }
+  /// Takes the `n` oldest chunks of the free pool onto `out`, oldest first.
+  void take_oldest_free(std::size_t n, std::vector<chunk_id>& out);
   /// Removes the record of a free-pool chunk about to be released to the driver; returns its handle.
   chunk_handle forget(chunk_id id);
 
