@@ -180,8 +180,7 @@ void operations::run_now(const mapping_job& job) {
 void operations::unrecord(mapping& m) {
   chunk_record& r = pset_[m.chunk];
   if (m.shared && --r.shared_mappings == 0) --shared_chunks_;
-  r.mappings.erase(r.mappings.iterator_to(m));
-  if (r.mappings.empty()) --mapped_chunks_;
+  if (--r.mappings == 0) --mapped_chunks_;
   const chunk_id c = m.chunk;
   vset_.recycle(m);
   pset_.drop_ref(c);
@@ -190,8 +189,7 @@ void operations::unrecord(mapping& m) {
 mapping& operations::record_mapping(device_addr va, chunk_id c, request_id owner, bool shared) {
   chunk_record& r = pset_[c];
   mapping& m = vset_.make(va, c, owner, shared);
-  if (r.mappings.empty()) ++mapped_chunks_;
-  r.mappings.push_back(m);
+  if (r.mappings++ == 0) ++mapped_chunks_;
   pset_.add_ref(c);
   if (shared && r.shared_mappings++ == 0) ++shared_chunks_;
   return m;
@@ -263,10 +261,12 @@ void operations::record_page(radix_node& node, page_version version) {
 void operations::copy_prefix(device_addr dst, chunk_id src, std::uint64_t bytes) {
   counters_.cow_bytes += bytes;
   const chunk_record& r = pset_[src];
-  device_addr from = 0;
-  if (!r.mappings.empty()) {
-    from = r.mappings.front().va;
-    if (copy_) copy_(dst, from, bytes);
+  if (r.mappings != 0) {  // another request maps it: copy from there (Note [Mappings counted, not listed])
+    if (copy_) {
+      const mapping* from = vset_.any_mapping_of(src);
+      if (from == nullptr) throw std::logic_error(fmt::format("chunk {} counts mappings the vSet lacks", src.value));
+      copy_(dst, from->va, bytes);
+    }
     return;
   }
   std::lock_guard lock(backend_mutex_);
@@ -359,37 +359,52 @@ void operations::check_invariants() const {
     if (v.chunks.size() != geometry_.tensors()) fail(fmt::format("page {} has {} chunks", v.page, v.chunks.size()));
     for (chunk_id c : v.chunks) ++tree_refs[c.value];
   });
-  std::uint64_t mapped = 0, shared = 0, in_free = 0, mappings = 0;
+  // Each chunk's mappings, recounted from the vSet (Note [Mappings counted, not listed]).
+  struct listed {
+    std::uint32_t all = 0, shared = 0;
+    const mapping* writer = nullptr;  // a mapping that is not shared
+  };
+  std::unordered_map<std::uint32_t, listed> by_chunk;
+  vset_.for_each([&](const mapping& m) {
+    listed& l = by_chunk[m.chunk.value];
+    ++l.all;
+    if (m.shared) {
+      ++l.shared;
+    } else {
+      l.writer = &m;
+    }
+  });
+  std::uint64_t mapped = 0, shared = 0, in_free = 0, mappings = 0, listed_chunks = 0;
   pset_.for_each([&](chunk_id id, const chunk_record& r) {
     const auto it = tree_refs.find(id.value);
     const std::uint32_t t = it == tree_refs.end() ? 0 : it->second;
     if (r.tree_refs != t)
       fail(fmt::format("chunk {}: {} tree refs recorded, {} in the tree", id.value, r.tree_refs, t));
-    if (r.ref_count != r.mappings.size() + r.tree_refs) {
-      fail(fmt::format("chunk {}: reference count {} != {} mappings + {} tree refs", id.value, r.ref_count,
-                       r.mappings.size(), r.tree_refs));
+    if (r.ref_count != r.mappings + r.tree_refs) {
+      fail(fmt::format("chunk {}: reference count {} != {} mappings + {} tree refs", id.value, r.ref_count, r.mappings,
+                       r.tree_refs));
     }
     if (r.in_free_pool != (r.ref_count == 0)) {
       fail(fmt::format("chunk {}: {} references but {} the free pool", id.value, r.ref_count,
                        r.in_free_pool ? "in" : "not in"));
     }
-    std::uint32_t s = 0;
-    for (const mapping& m : r.mappings) {
-      if (m.chunk != id) fail(fmt::format("chunk {} lists a mapping of chunk {}", id.value, m.chunk.value));
-      if (vset_.find(m.va) != &m) fail(fmt::format("mapping at {:#x} missing from vSet", m.va));
-      if (m.shared) {
-        ++s;
-      } else if (r.ref_count != 1) {
-        fail(fmt::format("chunk {} is written through {:#x} by request {} but has {} references", id.value, m.va,
-                         m.owner.value, r.ref_count));
-      }
+    const auto l = by_chunk.find(id.value);
+    const listed found = l == by_chunk.end() ? listed{} : l->second;
+    listed_chunks += l == by_chunk.end() ? 0 : 1;
+    if (found.all != r.mappings) {
+      fail(fmt::format("chunk {}: {} mappings counted, {} in the vSet", id.value, r.mappings, found.all));
     }
-    if (s != r.shared_mappings) fail(fmt::format("chunk {}: shared mapping count drifted", id.value));
-    mapped += r.mappings.empty() ? 0 : 1;
-    shared += s > 0 ? 1 : 0;
+    if (found.writer != nullptr && r.ref_count != 1) {
+      fail(fmt::format("chunk {} is written through {:#x} by request {} but has {} references", id.value,
+                       found.writer->va, found.writer->owner.value, r.ref_count));
+    }
+    if (found.shared != r.shared_mappings) fail(fmt::format("chunk {}: shared mapping count drifted", id.value));
+    mapped += r.mappings == 0 ? 0 : 1;
+    shared += found.shared > 0 ? 1 : 0;
     in_free += r.in_free_pool ? 1 : 0;
-    mappings += r.mappings.size();
+    mappings += r.mappings;
   });
+  if (listed_chunks != by_chunk.size()) fail("the vSet maps a chunk the pSet does not hold");
   if (in_free != pset_.free_count()) fail("free pool size disagrees with the chunk records");
   if (mapped != mapped_chunks_) fail(fmt::format("{} chunks mapped, {} counted", mapped, mapped_chunks_));
   if (shared != shared_chunks_) fail(fmt::format("{} chunks shared, {} counted", shared, shared_chunks_));

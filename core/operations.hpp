@@ -224,7 +224,7 @@ class operations {
   kv_geometry geometry_;
   std::uint64_t vtensor_bytes_;
   std::size_t range_cache_limit_;
-  vset vset_;  // declared before pset_: chunk records unlink their mapping lists first
+  vset vset_;
   pset pset_;
   radix_tree tree_;
   std::uint64_t capacity_chunks_;  // the backend's, read once

@@ -55,7 +55,7 @@ void pset::take_oldest_free(std::size_t n, std::vector<chunk_id>& out) {
 
 chunk_handle pset::forget(chunk_id id) {
   chunk_record& c = at(id.value);
-  if (c.ref_count != 0 || !c.mappings.empty()) {
+  if (c.ref_count != 0 || c.mappings != 0) {
     throw std::logic_error(fmt::format("pset: releasing chunk {} that is still referenced", id.value));
   }
   if (c.in_free_pool) {

@@ -36,6 +36,15 @@ void vset::insert(mapped_range& r) {
 
 void vset::erase(mapped_range& r) { by_base_.erase(by_base_.iterator_to(r)); }
 
+const mapping* vset::any_mapping_of(chunk_id chunk) const {
+  for (const mapped_range& r : by_base_) {
+    for (const mapping* m : r.maps) {
+      if (m != nullptr && m->chunk == chunk) return m;
+    }
+  }
+  return nullptr;
+}
+
 const mapped_range* vset::range_containing(device_addr addr) const {
   auto it = by_base_.upper_bound(addr);
   if (it == by_base_.begin()) return nullptr;

@@ -13,7 +13,6 @@
 #include <deque>
 #include <vector>
 
-#include <boost/intrusive/list.hpp>
 #include <boost/intrusive/set.hpp>
 
 #include "backends/vmm_backend.hpp"
@@ -22,21 +21,15 @@
 
 namespace vtensor {
 
-/// One chunk mapped at one virtual address for one request.
+/// One chunk mapped at one virtual address for one request (24 bytes; a chunk counts its
+/// mappings, Note [Mappings counted, not listed] in pset.hpp).
 struct mapping {
   device_addr va = 0;   ///< chunk-aligned address of the span
-  chunk_id chunk;       ///< the chunk mapped there
   request_id owner;     ///< the live request whose vTensor holds the span
+  chunk_id chunk;       ///< the chunk mapped there
   bool shared = false;  ///< immutable shared-prefix mapping (no one writes it); else the owner's private page
-  boost::intrusive::list_member_hook<link_mode_t> by_chunk_hook;  ///< the chunk's mapping list
 };
-
-/// The list of mappings of one chunk. size() walks it (only the invariant check asks): without a
-/// size field a chunk record is 40 bytes, not 48 (Note [Dense chunk records] in pset.hpp).
-using mapping_list = boost::intrusive::list<
-    mapping,
-    boost::intrusive::member_hook<mapping, boost::intrusive::list_member_hook<link_mode_t>, &mapping::by_chunk_hook>,
-    boost::intrusive::constant_time_size<false>>;
+static_assert(sizeof(mapping) == 24, "Note [Mappings counted, not listed] in pset.hpp");
 
 /// A vTensor's virtual range and its page table: the unit the vSet orders (Note [vSet by range]).
 struct mapped_range {
@@ -78,6 +71,8 @@ class vset {
   [[nodiscard]] const mapped_range* range_containing(device_addr addr) const;
   /// The mapping whose chunk starts at `va`, or nullptr.
   [[nodiscard]] const mapping* find(device_addr va) const;
+  /// A mapping of `chunk`, or nullptr: a walk of every page table (O(mappings)).
+  [[nodiscard]] const mapping* any_mapping_of(chunk_id chunk) const;
   /// The mapping whose chunk holds `addr`, or nullptr.
   [[nodiscard]] const mapping* find_containing(device_addr addr, std::uint64_t chunk_bytes) const;
   /// Mapping nodes in use.

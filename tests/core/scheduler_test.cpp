@@ -144,6 +144,54 @@ TEST_CASE("scheduler: a prefix hit shares whole pages and copies the partial one
   }
 }
 
+TEST_CASE("scheduler: a copy-on-write reads from a request that maps the page, else through the scratch mapping") {
+  // Note [Mappings counted, not listed]: with a device copy installed, the source of a partial
+  // page is found through the vSet when a live request maps the cached page.
+  sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
+  scheduler_config cfg;
+  cfg.max_context_tokens = 8192;
+  cfg.partial = partial_page_policy::cow;
+  scheduler s = make_scheduler(sim, kv_layout::kv_fused, cfg);  // 32 tensors, 512 tokens a page
+  const kv_geometry g = geometry(kv_layout::kv_fused);
+  struct copy_call {
+    device_addr dst, src;
+    std::uint64_t bytes;
+  };
+  std::vector<copy_call> copies;
+  s.set_device_copy([&](device_addr dst, device_addr src, std::uint64_t bytes) {
+    copies.push_back({dst, src, bytes});
+  });
+  const auto blocks = run_of_blocks(1, 3, 500);  // 1500 tokens: pages 0 and 1 whole, page 2 partial
+  REQUIRE(s.create(request_id{1}, blocks, 1500, 0).ok());
+  s.finish(request_id{1});
+
+  // Request 2 shares pages 0 and 1 and copies page 2, which no live request maps: the scratch.
+  REQUIRE(s.create(request_id{2}, blocks, 1500, 0).ok());
+  const vtensor_record& two = *s.find(request_id{2});
+  REQUIRE(copies.size() == g.tensors());
+  for (std::uint32_t t = 0; t < g.tensors(); ++t) {
+    CAPTURE(t);
+    CHECK(copies[t].dst == two.page_addr(t, 2, g.chunk_bytes()));
+    CHECK(s.ops().mappings().range_containing(copies[t].src) == nullptr);  // in no request's range
+  }
+  copies.clear();
+
+  // Request 3 takes the first 1000 tokens: page 1 is partial for it and request 2 maps it shared.
+  const auto first_two = std::vector<token_block>(blocks.begin(), blocks.begin() + 2);
+  const create_result three = s.create(request_id{3}, first_two, 1000, 0);
+  REQUIRE(three.ok());
+  CHECK(three.shared_pages == 1);
+  REQUIRE(copies.size() == g.tensors());
+  const vtensor_record& r3 = *s.find(request_id{3});
+  for (std::uint32_t t = 0; t < g.tensors(); ++t) {
+    CAPTURE(t);
+    CHECK(copies[t].dst == r3.page_addr(t, 1, g.chunk_bytes()));
+    CHECK(copies[t].src == two.page_addr(t, 1, g.chunk_bytes()));
+    CHECK(copies[t].bytes == (999 - 512) * g.bytes_per_token_per_tensor());
+  }
+  s.check_invariants();
+}
+
 TEST_CASE("scheduler: needs_preemption leaves requests and memory as they were") {
   sim_backend sim(4 * k_chunk_bytes, latency_model::zero());  // 4 pages of token-major
   scheduler s = make_scheduler(sim, kv_layout::token_major, token_major_config(0, false));
