@@ -65,6 +65,20 @@ std::size_t manager::extend_in_place(std::span<const request_id> ids, std::uint6
   return n;
 }
 
+std::uint64_t manager::in_place_rounds(std::span<const request_id> ids) {
+  std::lock_guard lock(mutex_);
+  return scheduler_.in_place_rounds(ids, round_records_);
+}
+
+void manager::grow_round(std::size_t count) {
+  std::lock_guard lock(mutex_);
+  if (count != round_records_.size()) {
+    throw std::logic_error("manager::grow_round: not the requests of the last in_place_rounds()");
+  }
+  scheduler_.grow_round(round_records_);
+  after_op();
+}
+
 create_result manager::fork(request_id parent, request_id child) {
   std::lock_guard lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
@@ -75,6 +89,7 @@ create_result manager::fork(request_id parent, request_id child) {
 
 op_effects manager::finish(request_id id, std::span<const token_block> extra_blocks) {
   std::lock_guard lock(mutex_);
+  round_records_.clear();                                   // they may go
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.finish(id, extra_blocks);
   after_op();
@@ -83,6 +98,7 @@ op_effects manager::finish(request_id id, std::span<const token_block> extra_blo
 
 op_effects manager::preempt(request_id id) {
   std::lock_guard lock(mutex_);
+  round_records_.clear();                                   // they may go
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.preempt(id);
   after_op();
@@ -160,6 +176,7 @@ std::size_t manager::trim() {
 
 void manager::shutdown() {
   std::lock_guard lock(mutex_);
+  round_records_.clear();                                   // they may go
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   scheduler_.shutdown();
 }

@@ -77,6 +77,13 @@ class manager {
   /// (scheduler::grow_in_place()), under one lock; returns how many grew. The first id not grown
   /// (if any) is untouched: call extend() for it.
   std::size_t extend_in_place(std::span<const request_id> ids, std::uint64_t tokens);
+  /// How many rounds of extend_in_place(ids, 1) would grow every one of `ids` (0 when one is not
+  /// live); remembers their records for grow_round() (Note [Decode stretches] in sim/kv_policy.hpp).
+  [[nodiscard]] std::uint64_t in_place_rounds(std::span<const request_id> ids);
+  /// One of those rounds: extend_in_place(ids, 1) for the ids of the last in_place_rounds(), with
+  /// rounds left and no other operation since, without looking them up. Throws std::logic_error
+  /// when `count` is not the number of those ids.
+  void grow_round(std::size_t count);
   /// Forks live request `parent` into new request `child` sharing its whole pages.
   create_result fork(request_id parent, request_id child);
   /// Ends request `id`: its prefix is recorded for reuse, its memory returns to the pool.
@@ -120,7 +127,8 @@ class manager {
 
   kv_geometry geometry_;
   mutable std::mutex mutex_;
-  mutable std::uint64_t ops_since_check_ = 0;  // Note [Sampled expensive checks]
+  std::vector<vtensor_record*> round_records_;  // in_place_rounds() -> grow_round()
+  mutable std::uint64_t ops_since_check_ = 0;   // Note [Sampled expensive checks]
   scheduler scheduler_;
 };
 

@@ -1,6 +1,7 @@
 #include "core/scheduler.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -489,6 +490,30 @@ bool scheduler::grow_in_place(request_id id, std::uint64_t tokens) {
   logical_tokens_ += tokens;
   r.tokens = total;  // the same pages: token_pages_ does not change
   return true;
+}
+
+// The room of grow_in_place(): a request grows in place while its tokens stay within its max
+// and within the pages its tokens use that are mapped and ready; neither bound moves while it does.
+std::uint64_t scheduler::in_place_rounds(std::span<const request_id> ids, std::vector<vtensor_record*>& records) const {
+  records.clear();
+  std::uint64_t rounds = std::numeric_limits<std::uint64_t>::max();
+  for (const request_id id : ids) {
+    const auto it = live_.find(id);
+    if (it == live_.end()) return 0;
+    const vtensor_record& r = *it->second;
+    const std::uint64_t pages = std::min<std::uint64_t>(r.ready_pages, geometry_.pages_for_tokens(r.tokens));
+    const std::uint64_t fit =
+        std::min(r.max_tokens, pages * geometry_.chunk_bytes() / geometry_.bytes_per_token_per_tensor());
+    rounds = std::min(rounds, fit > r.tokens ? fit - r.tokens : 0);
+    records.push_back(it->second.get());
+  }
+  return ids.empty() ? 0 : rounds;
+}
+
+void scheduler::grow_round(std::span<vtensor_record* const> records) {
+  for (vtensor_record* r : records) ++r->tokens;  // the same pages: token_pages_ does not change
+  own_valid_bytes_ += records.size() * geometry_.bytes_per_token();
+  logical_tokens_ += records.size();
 }
 
 void scheduler::grow(vtensor_record& r, std::uint64_t tokens) {

@@ -134,6 +134,14 @@ class scheduler {
   /// its max, and the tokens land in pages its tokens already use, all mapped and ready (the
   /// in-place case of extend()). Returns false and changes nothing otherwise: then call extend().
   [[nodiscard]] bool grow_in_place(request_id id, std::uint64_t tokens);
+  /// How many grow_in_place(id, 1) calls in a row would succeed for every one of `ids` (0 when
+  /// one of them is not live), and the records of `ids`, in order, into `records` for
+  /// grow_round() (Note [Decode stretches] in sim/kv_policy.hpp).
+  [[nodiscard]] std::uint64_t in_place_rounds(std::span<const request_id> ids,
+                                              std::vector<vtensor_record*>& records) const;
+  /// grow_in_place(id, 1) for each of `records`, which in_place_rounds() gave with rounds left:
+  /// the same counts change, without a lookup.
+  void grow_round(std::span<vtensor_record* const> records);
   /// New request `child` holding `parent`'s tokens: whole pages shared, the partial one copied
   /// (or recomputed, by policy).
   create_result fork(request_id parent, request_id child);

@@ -48,6 +48,8 @@ class event_queue {
   /// Runs every event, including those scheduled by handlers, until the queue is empty.
   std::uint64_t run() { return run_until(std::numeric_limits<time_us>::max()); }
 
+  /// When the next queued event is due (a cancelled one included); the largest time when none is.
+  [[nodiscard]] time_us next_at() const { return heap_.empty() ? std::numeric_limits<time_us>::max() : heap_.top().at; }
   /// Events queued, cancelled ones included until they reach the head and are dropped.
   [[nodiscard]] std::size_t pending() const { return heap_.size(); }
   /// True when no uncancelled event is queued.

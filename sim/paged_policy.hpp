@@ -91,18 +91,29 @@ class paged_policy final : public kv_policy {
   };
 
   /// Open-addressing map from a block hash to the first block registered with it (vLLM's
-  /// cached_block_hash_to_block keeps every duplicate and answers with the first).
+  /// cached_block_hash_to_block keeps every duplicate and answers with the first). An entry is
+  /// 8 bytes, the key's fingerprint and the block: the key itself is that block's hash (Note
+  /// [A compact hash index] in paged_policy.cpp).
   struct hash_index {
     struct entry {
-      std::uint64_t key = 0;  // 0: empty
-      std::uint32_t value = 0;
+      std::uint32_t fingerprint = 0;  // the low 32 bits of mix64(key): its home slot, a first filter
+      std::uint32_t value = k_nil;    // the first block of the key; k_nil: empty
     };
     std::vector<entry> slots = std::vector<entry>(1024);
     std::uint64_t size = 0;
-    [[nodiscard]] std::uint32_t find(std::uint64_t key) const;
-    void set(std::uint64_t key, std::uint32_t value);  // inserts or overwrites
-    void erase(std::uint64_t key);
-    [[nodiscard]] std::size_t slot_of(std::uint64_t key) const;
+    /// The first block registered with `key`, or k_nil.
+    [[nodiscard]] std::uint32_t find(std::uint64_t key, const std::vector<block>& bs) const {
+      return slots[slot_of(key, bs)].value;
+    }
+    /// The slot holding `key`, or the empty slot where it would go.
+    [[nodiscard]] std::size_t slot_of(std::uint64_t key, const std::vector<block>& bs) const;
+    /// The slot holding block `value`, which the index holds under `key`.
+    [[nodiscard]] std::size_t slot_holding(std::uint64_t key, std::uint32_t value) const;
+    /// Puts `key` -> `value` in `slot`, an empty slot from slot_of(key) (may grow the table).
+    void insert_at(std::size_t slot, std::uint64_t key, std::uint32_t value, const std::vector<block>& bs);
+    /// Empties `slot` (backward-shift deletion).
+    void erase_at(std::size_t slot);
+    void prefetch(std::uint64_t key) const;  // asks the cache for key's home slot (Note [Paged prefetches])
     void grow();
   };
 
@@ -131,6 +142,7 @@ class paged_policy final : public kv_policy {
   void register_block(std::uint32_t b, std::uint64_t hash);              // into the prefix cache
   void unregister_block(std::uint32_t b);                                // out of it (an eviction)
   void append_blocks(request_state& s, std::uint64_t tokens);            // backs `tokens` more tokens
+  void prefetch_queue_head(std::uint64_t n) const;                       // Note [Paged prefetches]
   [[nodiscard]] request_state& live(request_id id);
   [[nodiscard]] block_list& free_list_for(const block& b) { return b.hash != 0 || !unlimited_ ? queue_ : spare_; }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace vtensor::sim {
@@ -95,10 +96,10 @@ void replica::kick() {
 
 bool replica::drained() const { return !in_step_ && running_.empty() && waiting_.empty(); }
 
-void replica::observe() {
+void replica::observe(time_us at) {
   const kv_memory_view s = policy_.memory_view();
   replica_state st;
-  st.at = queue_.now();
+  st.at = at;
   st.memory = s.memory;
   st.breakdown = s.breakdown;
   st.running = static_cast<std::uint32_t>(running_.size());
@@ -238,7 +239,7 @@ void replica::start_step() {
 
   if (batch_.empty()) {  // nothing could run (everything waiting was rejected, or arrived too late)
     in_step_ = false;
-    observe();
+    observe(queue_.now());
     if (pipelined_ && !waiting_.empty()) queue_.schedule_in(1, [this] { kick(); });
     return;
   }
@@ -251,8 +252,14 @@ void replica::start_step() {
 }
 
 // Prices the batch just built (rec holds its admissions and VMM time), tells the observers and
-// schedules the step's end.
+// schedules the step's end, after the steps of a stretch if one follows.
 void replica::run_step(step_record& rec) {
+  price_step(rec, queue_.now());
+  const time_us end = run_stretch(rec.start + rec.duration_us);
+  queue_.schedule_at(end, [this] { end_step(); });
+}
+
+void replica::price_step(step_record& rec, time_us at) {
   step_work work;
   for (const batch_entry& e : batch_) {
     work.add_sequence(e.r->kv_tokens, e.tokens, e.decode);
@@ -271,7 +278,7 @@ void replica::run_step(step_record& rec) {
       static_cast<time_us>(std::ceil(cost.total_s() * 1e6)) + std::chrono::ceil<sim_us>(rec.vmm_critical).count();
 
   rec.index = counters_.steps;
-  rec.start = queue_.now();
+  rec.start = at;
   last_step_start_ = rec.start;
   rec.duration_us = std::max<time_us>(duration, 1);
   rec.preempted = step_preempted_;
@@ -291,8 +298,74 @@ void replica::run_step(step_record& rec) {
   if (cost.compute_bound()) counters_.compute_bound_steps += 1;
   counters_.prefill_tokens += rec.prefill_tokens;
   for (auto* o : observers_) o->on_step(rec);
-  observe();
-  queue_.schedule_in(rec.duration_us, [this] { end_step(); });
+  observe(at);
+}
+
+// Note [Steps run in a stretch]
+// After a step whose batch is every running request decoding one token, with nothing to admit
+// (the queue is empty, or the running limit is reached), the steps that follow are alike until
+// an event: an arrival (or any queued event), a request reaching its output length, or a growth
+// that needs more than counting (Note [Decode stretches] in sim/kv_policy.hpp). run_stretch()
+// runs them here, each as end_step() and start_step() would, without the event queue:
+// - the end of step j - 1 at `end`: the policy's clock moves (advance_to), each request gets its
+//   token, the checks and the wall clock run as in end_step(). Its observe() is left out: it
+//   would record, at `end`, the state observed when step j - 1 was built (nothing changed since:
+//   no release, no arrival, and advance_to() changes no figure), and the observe() of step j, at
+//   the same instant, integrates that state over step j - 1 and emits its grid samples all the
+//   same (state_tracker: the previous state holds until the next observation);
+// - step j, built at `end`: the same decoders in the same order grow by one token (grow_round()),
+//   the VMM time and calls are read as start_step() reads them, and price_step() prices, counts
+//   and emits it.
+// It stops before step j when j would pass the first finish or the policy's rounds, or when the
+// queue holds an event due at or before `end` (an arrival at `end` may come before the step in
+// the queue's order); run_step() then schedules the last step's end, which end_step() runs as
+// usual. Every figure, step record and output is the same as without stretches (the identity
+// replays in results/README.md, "Session 13"); a replay counts each stretch step as the event it
+// replaces.
+time_us replica::run_stretch(time_us end) {
+  if (step_preempted_ != 0 || batch_.size() != running_.size() || batch_.size() != decode_ids_.size() ||
+      (!waiting_.empty() && running_.size() < config_.max_running)) {
+    return end;
+  }
+  std::uint64_t to_first_finish = std::numeric_limits<std::uint64_t>::max();
+  for (const batch_entry& e : batch_) {
+    if (!e.decode || !e.r->has_first_token) return end;
+    to_first_finish = std::min<std::uint64_t>(to_first_finish, e.r->output - e.r->generated);
+  }
+  if (to_first_finish < 2 || queue_.next_at() <= end) return end;
+  const std::uint64_t rounds = policy_.in_place_rounds(decode_ids_);
+  for (std::uint64_t j = 1; j < to_first_finish && j <= rounds && queue_.next_at() > end; ++j) {
+    // The end of step j - 1, as end_step() runs it when no request finishes.
+    policy_.advance_to(sim_us{end});
+    for (const batch_entry& e : batch_) {
+      ++e.r->kv_tokens;
+      ++e.r->generated;
+    }
+    counters_.output_tokens += batch_.size();
+    if (config_.check_every_step) {
+      policy_.check_invariants();
+    } else if (config_.check_sampled) {
+      check_sampled();
+    }
+    if (config_.measure_wall) {
+      const auto now = std::chrono::steady_clock::now();
+      counters_.step_wall_ns += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - step_wall_start_).count());
+      step_wall_start_ = now;
+    }
+    ++counters_.stretch_steps;
+    // Step j, as start_step() builds it: the same decoders, nothing to prefill or admit.
+    pipelined_ = config_.pipeline;
+    const sim_ns vmm_start = policy_.vmm_time();
+    const sim_ns critical_start = policy_.critical_vmm_time();
+    policy_.grow_round(decode_ids_);
+    step_record rec;
+    rec.vmm_critical = policy_.critical_vmm_time() - critical_start + pending_release_critical_;
+    rec.vmm_total = policy_.vmm_time() - vmm_start + pending_release_vmm_;
+    price_step(rec, end);
+    end = rec.start + rec.duration_us;
+  }
+  return end;
 }
 
 void replica::finish(live_request& r) {
@@ -365,7 +438,7 @@ void replica::end_step() {
             .count());
   }
   in_step_ = false;
-  observe();
+  observe(queue_.now());
   continuing_ = true;
   kick();
   continuing_ = false;

@@ -193,6 +193,9 @@ struct replica_counters {
   sim_ns vmm_critical{};                     ///< VMM time added to steps
   double compute_bound_steps = 0;            ///< steps bound by compute
   std::uint64_t step_wall_ns = 0;  ///< measured: wall time from building each step to its end (releases included)
+  /// Steps whose end ran without an event of its own, inside a stretch (Note [Steps run in a
+  /// stretch] in replica.cpp); the replay counts each as the event it stands for.
+  std::uint64_t stretch_steps = 0;
 };
 
 /// The replica. Submissions come from outside (the replay's arrival events); steps schedule
@@ -238,6 +241,8 @@ class replica {
 
   void start_step();
   void run_step(step_record& rec);
+  void price_step(step_record& rec, time_us at);  // prices, counts and emits a step built at `at`
+  time_us run_stretch(time_us end);               // Note [Steps run in a stretch]; returns the last end
   void end_step();
   void admit_waiting(std::uint32_t& budget);
   bool decode_grow(std::size_t index);
@@ -245,7 +250,7 @@ class replica {
   void finish(live_request& r);
   void reject(std::unique_ptr<live_request> r, std::string_view why);
   void take_prefill(live_request& r, std::uint32_t& budget, bool& any_prefill);
-  void observe();
+  void observe(time_us at);
   void check_sampled();  // Note [Sampled invariant checks of a replay] in replica.cpp
   void emit(const request_record& rec);
 

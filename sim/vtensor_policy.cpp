@@ -278,6 +278,19 @@ std::size_t vtensor_policy::do_grow_each(std::span<const request_id> ids) {
   return done;
 }
 
+// Note [Decode stretches] in sim/kv_policy.hpp. A round is do_grow_each() with every growth in
+// place: it takes the carry and books the calls before it (neither is left after the first
+// round of a stretch), then counts; advance_to() moves the model clocks only.
+std::uint64_t vtensor_policy::do_in_place_rounds(std::span<const request_id> ids) {
+  return manager_->in_place_rounds(ids);
+}
+
+void vtensor_policy::do_grow_round(std::span<const request_id> ids) {
+  take_carry();
+  book_step_calls();
+  manager_->grow_round(ids.size());
+}
+
 void vtensor_policy::do_release(request_id id, release_reason why) {
   take_carry();
   const sim_ns start = now();

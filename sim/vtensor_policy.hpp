@@ -160,6 +160,8 @@ class vtensor_policy final : public kv_policy {
   kv_admit_result do_admit(const kv_request& r) override;
   bool do_grow(request_id id, std::uint64_t tokens) override;
   std::size_t do_grow_each(std::span<const request_id> ids) override;
+  [[nodiscard]] std::uint64_t do_in_place_rounds(std::span<const request_id> ids) override;
+  void do_grow_round(std::span<const request_id> ids) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
   [[nodiscard]] kv_memory_view do_memory_view() const override;

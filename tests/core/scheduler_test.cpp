@@ -222,3 +222,56 @@ TEST_CASE("scheduler: needs_preemption leaves requests and memory as they were")
   CHECK(retry.effects.pool_chunks == 1);
   s.check_invariants();
 }
+
+TEST_CASE("scheduler: in_place_rounds() counts the one-token growths in place, grow_round() takes them") {
+  for (const kv_layout layout : {kv_layout::token_major, kv_layout::kv_fused, kv_layout::kv_split}) {
+    CAPTURE(to_string(layout));
+    for (const std::uint32_t lookahead : {0u, 2u}) {
+      CAPTURE(lookahead);
+      sim_backend a(sim_backend::k_unlimited, latency_model::zero());
+      sim_backend b(sim_backend::k_unlimited, latency_model::zero());
+      scheduler counted = make_scheduler(a, layout, token_major_config(lookahead, false));
+      scheduler stepped = make_scheduler(b, layout, token_major_config(lookahead, false));
+      const std::vector<request_id> ids{request_id{1}, request_id{2}, request_id{3}};
+      const std::uint64_t prompts[] = {40, 17, 33};
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        REQUIRE(counted.create(ids[i], {}, prompts[i], 4000).ok());
+        REQUIRE(stepped.create(ids[i], {}, prompts[i], 4000).ok());
+      }
+      std::vector<vtensor_record*> records;
+      for (int stretch = 0; stretch < 6; ++stretch) {
+        const std::uint64_t rounds = counted.in_place_rounds(ids, records);
+        REQUIRE(records.size() == ids.size());
+        // The reference: grow_in_place(id, 1) for every id while all of them succeed.
+        std::uint64_t reference = 0;
+        for (;;) {
+          bool all = true;
+          for (const request_id id : ids) all = all && stepped.grow_in_place(id, 1);
+          REQUIRE(all == (reference < rounds));  // a failed one changed nothing but the ids before it
+          if (!all) break;
+          ++reference;
+        }
+        CHECK(reference == rounds);
+        for (std::uint64_t r = 0; r < rounds; ++r) counted.grow_round(records);
+        // Undo the partial round of the reference, then cross the page boundary in both.
+        for (const request_id id : ids) {
+          const auto* rec_a = counted.find(id);
+          const auto* rec_b = stepped.find(id);
+          REQUIRE(rec_a != nullptr);
+          REQUIRE(rec_b != nullptr);
+          if (rec_b->tokens > rec_a->tokens) {
+            REQUIRE(rec_b->tokens == rec_a->tokens + 1);
+            REQUIRE(counted.extend(id, 1).ok());
+          } else {
+            REQUIRE(counted.extend(id, 1).ok());
+            REQUIRE(stepped.extend(id, 1).ok());
+          }
+        }
+        CHECK(counted.memory() == stepped.memory());
+        counted.check_invariants();
+      }
+      std::vector<vtensor_record*> none;
+      CHECK(counted.in_place_rounds(std::vector<request_id>{request_id{1}, request_id{9}}, none) == 0);
+    }
+  }
+}

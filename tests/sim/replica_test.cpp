@@ -5,9 +5,12 @@
 
 #include <cmath>
 
+#include "sim/policy_registry.hpp"
+#include "sim/replay.hpp"
 #include "sim/replica.hpp"
 #include "sim/vtensor_policy.hpp"
 #include "tests/sim/sim_test_support.hpp"
+#include "traces/trace_reader.hpp"
 
 using namespace vtensor;
 using namespace vtensor::sim;
@@ -259,5 +262,127 @@ TEST_CASE("replica: measure_wall off reads no clock and changes nothing else") {
     CHECK(off.steps[i].start == on.steps[i].start);
     CHECK(off.steps[i].duration_us == on.steps[i].duration_us);
     CHECK(off.steps[i].running == on.steps[i].running);
+  }
+}
+
+namespace {
+
+/// Forwards every call to `inner` but answers no in-place rounds, so that the replica runs every
+/// step through the event queue (Note [Decode stretches]).
+class without_stretches final : public kv_policy {
+ public:
+  explicit without_stretches(std::unique_ptr<kv_policy> inner) : inner_(std::move(inner)) {}
+
+ private:
+  kv_admit_result do_admit(const kv_request& r) override { return inner_->admit(r); }
+  bool do_grow(request_id id, std::uint64_t tokens) override { return inner_->grow(id, tokens); }
+  std::size_t do_grow_each(std::span<const request_id> ids) override { return inner_->grow_each(ids); }
+  void do_release(request_id id, release_reason why) override { inner_->release(id, why); }
+  [[nodiscard]] kv_stats do_stats() const override { return inner_->stats(); }
+  [[nodiscard]] kv_memory_view do_memory_view() const override { return inner_->memory_view(); }
+  [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> do_vmm_calls() const override {
+    return inner_->vmm_calls();
+  }
+  [[nodiscard]] std::uint64_t do_chunks_created() const override { return inner_->chunks_created(); }
+  [[nodiscard]] sim_ns do_vmm_time() const override { return inner_->vmm_time(); }
+  [[nodiscard]] sim_ns do_critical_vmm_time() const override { return inner_->critical_vmm_time(); }
+  void do_advance_to(sim_us now) override { inner_->advance_to(now); }
+  void do_settle() override { inner_->settle(); }
+  [[nodiscard]] kv_access do_access() const override { return inner_->access(); }
+  [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override { return inner_->vmm_report(); }
+  [[nodiscard]] std::string do_name() const override { return inner_->name(); }
+  [[nodiscard]] nlohmann::ordered_json do_describe() const override { return inner_->describe(); }
+  void do_check_invariants() const override { inner_->check_invariants(); }
+
+  std::unique_ptr<kv_policy> inner_;
+};
+
+std::unique_ptr<kv_policy> vtensor_with(const kv_policy_options& o, bool pipeline, const replay_config& cfg) {
+  vtensor_policy_options v = vtensor_options(o);
+  v.manager.scheduler.pipeline = pipeline;
+  v.manager.scheduler.pipeline_chunk_tokens = cfg.replica.chunked_prefill ? cfg.replica.token_budget : 0;
+  return std::make_unique<vtensor_policy>(std::move(v));
+}
+
+}  // namespace
+
+TEST_CASE("replica: decode stretches change no step, request, sample or figure") {
+  // Arrivals spread over time, shared prefixes, outputs long enough to cross 512-token pages.
+  std::vector<std::string> lines;
+  for (int i = 0; i < 24; ++i) {
+    const int input = 600 + 61 * (i % 7);  // two 512-token keys cover it
+    const int output = i % 5 == 0 ? 700 : 40 + 53 * (i % 9);
+    lines.push_back(R"({"timestamp": )" + std::to_string(i * 180 + (i % 3) * 7) + R"(, "input_length": )" +
+                    std::to_string(input) + R"(, "output_length": )" + std::to_string(output) +
+                    R"(, "hash_ids": [1, )" + std::to_string(100 + i % 4) + "]}");
+  }
+  const auto path = write_trace("stretches.jsonl", lines);
+  struct setting {
+    const char* name;
+    std::uint64_t memory;
+    bool pipeline;
+    std::uint32_t lookahead;
+  };
+  for (const setting& st : {setting{"pipeline, lookahead 1", k_unlimited, true, 1},
+                            setting{"no pipeline, no lookahead", k_unlimited, false, 0},
+                            setting{"pipeline, 1 GiB: preemptions", std::uint64_t{1} << 30, true, 1},
+                            setting{"no pipeline, 1 GiB, lookahead 2", std::uint64_t{1} << 30, false, 2}}) {
+    const std::string name = st.name;
+    CAPTURE(name);
+    auto cfg = llama_replay();
+    cfg.replica.pipeline = st.pipeline;
+    cfg.replica.measure_wall = false;
+    cfg.replica.sample_interval_us = 20'000;
+    auto o = llama_policy(st.memory, false);
+    o.lookahead_pages = st.lookahead;
+    recorder with, without;
+    auto run = [&](kv_policy& p, recorder& rec) {
+      auto reader = traces::open_trace(path, std::nullopt);
+      const std::vector<replica_observer*> observers{&rec};
+      return run_replay(*reader, p, cfg, observers);
+    };
+    auto stretching = vtensor_with(o, st.pipeline, cfg);
+    without_stretches plain(vtensor_with(o, st.pipeline, cfg));
+    const replay_summary a = run(*stretching, with);
+    const replay_summary b = run(plain, without);
+    CHECK(a.counters.stretch_steps > a.counters.steps / 4);  // stretches did run
+    CHECK(b.counters.stretch_steps == 0);
+    if (st.memory != k_unlimited) CHECK(a.counters.preemptions > 0);
+    CHECK(summary_json(a, {}, 0, false).dump() == summary_json(b, {}, 0, false).dump());
+    REQUIRE(with.steps.size() == without.steps.size());
+    for (std::size_t i = 0; i < with.steps.size(); ++i) {
+      const step_record& x = with.steps[i];
+      const step_record& y = without.steps[i];
+      CAPTURE(i);
+      CHECK(x.index == y.index);
+      CHECK(x.start == y.start);
+      CHECK(x.duration_us == y.duration_us);
+      CHECK(x.decode_seqs == y.decode_seqs);
+      CHECK(x.prefill_seqs == y.prefill_seqs);
+      CHECK(x.prefill_tokens == y.prefill_tokens);
+      CHECK(x.admitted == y.admitted);
+      CHECK(x.preempted == y.preempted);
+      CHECK(x.compute_us == y.compute_us);
+      CHECK(x.memory_us == y.memory_us);
+      CHECK(x.vmm_critical == y.vmm_critical);
+      CHECK(x.vmm_total == y.vmm_total);
+      CHECK(x.vmm_calls == y.vmm_calls);
+      CHECK(x.running == y.running);
+      CHECK(x.waiting == y.waiting);
+    }
+    REQUIRE(with.requests.size() == without.requests.size());
+    for (std::size_t i = 0; i < with.requests.size(); ++i) {
+      CHECK(with.requests[i].id == without.requests[i].id);
+      CHECK(with.requests[i].first_token == without.requests[i].first_token);
+      CHECK(with.requests[i].finish == without.requests[i].finish);
+      CHECK(with.requests[i].output_tokens == without.requests[i].output_tokens);
+    }
+    REQUIRE(with.samples.size() == without.samples.size());
+    CHECK(with.samples.size() > 10);
+    for (std::size_t i = 0; i < with.samples.size(); ++i) {
+      CHECK(with.samples[i].at == without.samples[i].at);
+      CHECK(with.samples[i].memory == without.samples[i].memory);
+      CHECK(with.samples[i].running == without.samples[i].running);
+    }
   }
 }
