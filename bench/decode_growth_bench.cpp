@@ -3,6 +3,9 @@
 // (every VMM call free, 256 GiB). Time is per request grown (items/s = growths/s):
 //   BM_decode_growth/loop        kv_policy::grow(id, 1) for each request (before issue 13's change)
 //   BM_decode_growth/grow_each   kv_policy::grow_each(ids): one call for the step
+//   BM_decode_growth/rounds      a replica's decode stretch (Note [Decode stretches]): one
+//                                in_place_rounds(ids), then grow_round(ids) per step while rounds
+//                                are left, grow_each(ids) for the step that crosses a page
 // Most growths land inside a mapped page; one in 1,024 (kv-split) crosses into the next page and
 // maps it, as in a replay. After 4,096 tokens each the requests are released and admitted again,
 // outside the timing. n (the argument) is the batch: 64 and 256 running requests.
@@ -38,22 +41,35 @@ void admit_all(kv_policy& p, const std::vector<request_id>& ids) {
   }
 }
 
-void BM_decode_growth(benchmark::State& state, bool each) {
+enum class growth_mode { loop, grow_each, rounds };
+
+void BM_decode_growth(benchmark::State& state, growth_mode mode) {
   const auto n = static_cast<std::size_t>(state.range(0));
   auto p = decode_policy();
   std::vector<request_id> ids;
   for (std::size_t i = 0; i < n; ++i) ids.push_back(request_id{i + 1});
   admit_all(*p, ids);
   std::uint64_t grown = 0;
+  std::uint64_t rounds = 0;  // left from the last in_place_rounds()
   for (auto _ : state) {
     if (grown == k_growth) {
       state.PauseTiming();
       for (const request_id id : ids) p->release(id, release_reason::finished);
       admit_all(*p, ids);
       grown = 0;
+      rounds = 0;
       state.ResumeTiming();
     }
-    if (each) {
+    if (mode == growth_mode::rounds) {
+      if (rounds == 0) rounds = p->in_place_rounds(ids);
+      if (rounds > 0) {
+        p->grow_round(ids);
+        --rounds;
+      } else if (p->grow_each(ids) != n) {
+        state.SkipWithError("grow_each fell short");
+        break;
+      }
+    } else if (mode == growth_mode::grow_each) {
       if (p->grow_each(ids) != n) {
         state.SkipWithError("grow_each fell short");
         break;
@@ -70,7 +86,8 @@ void BM_decode_growth(benchmark::State& state, bool each) {
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
 }
-BENCHMARK_CAPTURE(BM_decode_growth, loop, false)->ArgName("n")->Arg(64)->Arg(256);
-BENCHMARK_CAPTURE(BM_decode_growth, grow_each, true)->ArgName("n")->Arg(64)->Arg(256);
+BENCHMARK_CAPTURE(BM_decode_growth, loop, growth_mode::loop)->ArgName("n")->Arg(64)->Arg(256);
+BENCHMARK_CAPTURE(BM_decode_growth, grow_each, growth_mode::grow_each)->ArgName("n")->Arg(64)->Arg(256);
+BENCHMARK_CAPTURE(BM_decode_growth, rounds, growth_mode::rounds)->ArgName("n")->Arg(64)->Arg(256);
 
 }  // namespace

@@ -46,11 +46,11 @@ void state_tracker::integrate(time_us until) {
   const memory_stats& m = last_.memory;
   if (m.mapped_bytes > 0) {
     mapped_us_ += dt;
-    frag_ += dt * m.internal_fragmentation();
+    frag_ += dt * last_fragmentation_;
   }
   if (m.logical_bytes > 0) {
     live_us_ += dt;
-    sharing_ += dt * m.sharing_saving();
+    sharing_ += dt * last_sharing_;
   }
   physical_ += dt * static_cast<double>(m.physical_bytes);
   mapped_ += dt * static_cast<double>(m.mapped_bytes);
@@ -82,8 +82,10 @@ void state_tracker::observe(const replica_state& s) {
   p.cached_bytes = std::max(p.cached_bytes, m.cached_bytes);
   p.free_pool_bytes = std::max(p.free_pool_bytes, m.free_pool_bytes);
   p.logical_bytes = std::max(p.logical_bytes, m.logical_bytes);
-  peak_.internal_fragmentation = std::max(peak_.internal_fragmentation, m.internal_fragmentation());
-  peak_.sharing_saving = std::max(peak_.sharing_saving, m.sharing_saving());
+  last_fragmentation_ = m.internal_fragmentation();
+  last_sharing_ = m.sharing_saving();
+  peak_.internal_fragmentation = std::max(peak_.internal_fragmentation, last_fragmentation_);
+  peak_.sharing_saving = std::max(peak_.sharing_saving, last_sharing_);
   peak_.running = std::max(peak_.running, s.running);
   peak_.waiting = std::max(peak_.waiting, s.waiting);
 }

@@ -84,6 +84,8 @@ class state_tracker {
   std::function<void(const replica_state&)> on_sample_;
   bool have_last_ = false;
   replica_state last_;
+  double last_fragmentation_ = 0;  // last_.memory's internal_fragmentation(), computed once
+  double last_sharing_ = 0;        // and its sharing_saving()
   replica_peaks peak_;
   time_us next_sample_ = 0;
   double total_us_ = 0;
