@@ -342,17 +342,8 @@ time_us replica::run_stretch(time_us end) {
       ++e.r->generated;
     }
     counters_.output_tokens += batch_.size();
-    if (config_.check_every_step) {
-      policy_.check_invariants();
-    } else if (config_.check_sampled) {
-      check_sampled();
-    }
-    if (config_.measure_wall) {
-      const auto now = std::chrono::steady_clock::now();
-      counters_.step_wall_ns += static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(now - step_wall_start_).count());
-      step_wall_start_ = now;
-    }
+    close_step();
+    if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();  // as start_step()
     ++counters_.stretch_steps;
     // Step j, as start_step() builds it: the same decoders, nothing to prefill or admit.
     pipelined_ = config_.pipeline;
@@ -427,6 +418,17 @@ void replica::end_step() {
     running_.resize(kept);
   }
   batch_.clear();
+  close_step();
+  in_step_ = false;
+  observe(queue_.now());
+  continuing_ = true;
+  kick();
+  continuing_ = false;
+}
+
+// The end of every step, after its requests are done with: the invariant checks asked for, and
+// the step's wall time.
+void replica::close_step() {
   if (config_.check_every_step) {
     policy_.check_invariants();
   } else if (config_.check_sampled) {
@@ -437,11 +439,6 @@ void replica::end_step() {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - step_wall_start_)
             .count());
   }
-  in_step_ = false;
-  observe(queue_.now());
-  continuing_ = true;
-  kick();
-  continuing_ = false;
 }
 
 // Note [Sampled invariant checks of a replay]

@@ -252,6 +252,7 @@ class replica {
   void take_prefill(live_request& r, std::uint32_t& budget, bool& any_prefill);
   void observe(time_us at);
   void check_sampled();  // Note [Sampled invariant checks of a replay] in replica.cpp
+  void close_step();     // checks and wall time at the end of a step (end_step(), run_stretch())
   void emit(const request_record& rec);
 
   event_queue& queue_;
