@@ -166,6 +166,10 @@ void address_space::map_run_with_access(device_addr va, std::span<const chunk_ha
   std::vector<span_state>& spans = info.spans;
   if (first + n > spans.size()) spans.resize(std::min(in_range, std::max<std::uint64_t>(first + n, 2 * spans.size())));
   for (std::uint64_t i = 0; i < n; ++i, ++mapped) {
+    if (slot_of_ != nullptr && mapped + k_entries_ahead < handles.size()) {
+      const std::uint32_t ahead = slot_of_(handles[mapped + k_entries_ahead]);
+      if (ahead < entries_.size()) __builtin_prefetch(&entries_[ahead], 1);
+    }
     const chunk_handle h = handles[mapped];
     const std::uint32_t entry = entry_of(h);
     span_state& span = spans[first + i];
@@ -214,9 +218,11 @@ void address_space::commit_set_access(const mapped_run& run) {
 }
 
 void address_space::commit_unmap(const mapped_run& run, std::size_t count) {
-  for (span_state& span : run.spans.first(count)) {
-    --entries_[span.entry].mappings;
-    span = span_state{};
+  const std::span<span_state> spans = run.spans.first(count);
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    if (i + k_entries_ahead < spans.size()) __builtin_prefetch(&entries_[spans[i + k_entries_ahead].entry], 1);
+    --entries_[spans[i].entry].mappings;
+    spans[i] = span_state{};
   }
   run.range->mapped_spans -= count;
   mappings_ -= count;

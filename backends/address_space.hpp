@@ -128,9 +128,12 @@ class address_space {
   /// The entry of live chunk `h`, or k_no_entry.
   [[nodiscard]] std::uint32_t entry_of(chunk_handle h) const;
 
-  range_map ranges_;                                        ///< reserved ranges by base
-  range_map::iterator last_range_ = ranges_.end();          ///< the range a call used last
-  slot_fn slot_of_;                                         ///< handle -> entry, when handles carry it
+  range_map ranges_;                                ///< reserved ranges by base
+  range_map::iterator last_range_ = ranges_.end();  ///< the range a call used last
+  slot_fn slot_of_;                                 ///< handle -> entry, when handles carry it
+  /// Runs of maps and unmaps ask the cache for the chunk entries this many chunks ahead: in the
+  /// pool's scattered order most of them miss, and the misses then overlap.
+  static constexpr std::size_t k_entries_ahead = 8;
   std::vector<chunk_entry> entries_;                        ///< the chunk table
   std::vector<std::uint32_t> free_entries_;                 ///< free entries (hash-indexed tables only)
   std::unordered_map<std::uint64_t, std::uint32_t> index_;  ///< handle -> entry, without slot_of_

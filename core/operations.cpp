@@ -169,7 +169,12 @@ void operations::free_range(device_addr base) {
 }
 
 mapping& operations::map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job) {
-  job.maps.push_back({va, pset_[c].handle});
+  return map_deferred_into(va, c, owner, shared, job.maps.emplace_back());
+}
+
+mapping& operations::map_deferred_into(device_addr va, chunk_id c, request_id owner, bool shared,
+                                       mapping_entry& entry) {
+  entry = {va, pset_[c].handle};
   return record_mapping(va, c, owner, shared);
 }
 

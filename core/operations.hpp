@@ -80,6 +80,11 @@ class operations {
   /// Records a mapping of `c` at `va` now and defers the driver's map and set-access into `job`
   /// (Note [Deferred mappings] in async_mapper.hpp).
   mapping& map_deferred(device_addr va, chunk_id c, request_id owner, bool shared, mapping_job& job);
+  /// map_deferred() writing the driver's call into `entry`, a slot of a job the caller fills out
+  /// of order.
+  mapping& map_deferred_into(device_addr va, chunk_id c, request_id owner, bool shared, mapping_entry& entry);
+  /// Asks the cache for the record of `c`, about to be mapped (Note [Dense chunk records]).
+  void prefetch_record(chunk_id c) const { pset_.prefetch(c); }
   /// Runs a job's driver calls now, on this thread (strong guarantee; see run_mapping_job).
   void run_now(const mapping_job& job);
   /// Undoes the bookkeeping of a mapping whose driver call never happened or was undone.

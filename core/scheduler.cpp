@@ -86,12 +86,19 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
   if (pages == 0) return;
   r.maps.resize(std::size_t{first + pages} * tensors, nullptr);
   mapping_job job;
-  job.maps.reserve(chunks.size());
-  for (std::uint32_t t = 0; t < tensors; ++t) {  // ascending addresses: tensor by tensor
-    for (std::uint32_t i = 0; i < pages; ++i) {
-      const std::uint32_t p = first + i;
-      r.maps[std::size_t{p} * tensors + t] = &ops_.map_deferred(
-          r.page_addr(t, p, chunk), chunks[std::size_t{i} * tensors + t], r.id, i < shared_count, job);
+  job.maps.resize(chunks.size());
+  // The driver's calls go in ascending addresses, tensor by tensor (job.maps[t * pages + i]); the
+  // records are made page by page, in the order of `chunks`, prefetched a few chunks ahead (Note
+  // [Dense chunk records] in pset.hpp): tensor by tensor, each record's miss came alone.
+  constexpr std::size_t k_ahead = 8;
+  for (std::size_t k = 0; k < chunks.size() && k < k_ahead; ++k) ops_.prefetch_record(chunks[k]);
+  for (std::uint32_t i = 0; i < pages; ++i) {
+    const std::uint32_t p = first + i;
+    for (std::uint32_t t = 0; t < tensors; ++t) {
+      const std::size_t k = std::size_t{i} * tensors + t;
+      if (k + k_ahead < chunks.size()) ops_.prefetch_record(chunks[k + k_ahead]);
+      r.maps[std::size_t{p} * tensors + t] = &ops_.map_deferred_into(
+          r.page_addr(t, p, chunk), chunks[k], r.id, i < shared_count, job.maps[std::size_t{t} * pages + i]);
     }
   }
   if (deferred) {

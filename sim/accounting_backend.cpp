@@ -52,10 +52,13 @@ void accounting_backend::book(vmm_call call, std::uint64_t calls, std::uint64_t 
     step_.calls[k] += calls;
     step_.charged_ns[k] += charged;
     step_.model_ns[k] += price;
-  } else {
-    worker_calls_[k].fetch_add(calls, std::memory_order_relaxed);
-    worker_charged_ns_[k].fetch_add(charged, std::memory_order_relaxed);
-    worker_model_ns_[k].fetch_add(price, std::memory_order_relaxed);
+  } else {  // one writer at a time (the manager serialises backend calls): no read-modify-write
+    const auto add = [](std::atomic<std::uint64_t>& a, std::uint64_t n) {
+      a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    };
+    add(worker_calls_[k], calls);
+    add(worker_charged_ns_[k], charged);
+    add(worker_model_ns_[k], price);
   }
 }
 
