@@ -9,6 +9,7 @@ packages=(
   libboost-dev                     # Boost.Intrusive (vSet, rTree eviction sets)
   libboost-program-options-dev     # the vtensor command's options
   nlohmann-json3-dev               # calibration files, traces, --json summaries
+  libsimdjson-dev                  # the fast path of vtensor trace request lines
   libfmt-dev                       # formatting of reports and messages
   doctest-dev                      # unit, scenario and conformance tests
   libbenchmark-dev                 # vtensor_bench

@@ -3,6 +3,7 @@
 #include "traces/line_reader.hpp"
 #include "traces/trace_reader.hpp"
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -17,19 +18,24 @@ namespace vtensor::traces {
 class vtensor_reader final : public trace_reader {
  public:
   explicit vtensor_reader(std::string path, const reader_options& options = {});
+  ~vtensor_reader() override;
 
   /// The header line as written (empty when the file has none): generator parameters, seed.
   [[nodiscard]] const std::string& header() const noexcept { return header_; }
 
  private:
   bool do_next(trace_request& request) override;
+  struct fast_parser;  // Note [The request fast path] in vtensor_reader.cpp
+
   void parse_request(std::string_view text, trace_request& request);
+  void finish_request(trace_request& request, bool has_session, bool has_turn);
 
   line_reader lines_;
   std::string header_;
   std::optional<std::string> pending_;  // first request line, read while looking for the header
   std::uint64_t pending_line_ = 0;
   std::uint64_t index_ = 0;
+  std::unique_ptr<fast_parser> fast_;
 };
 
 }  // namespace vtensor::traces

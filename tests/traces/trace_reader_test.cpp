@@ -4,8 +4,11 @@
 #include "traces/trace_error.hpp"
 #include "traces/vtensor_reader.hpp"
 
+#include "tests/support/scratch_dir.hpp"
+
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -173,6 +176,77 @@ TEST_CASE("azure: bad timestamp and negative count") {
 TEST_CASE("vtensor: unknown field and unsupported version") {
   check_error("vtensor_unknown_field.jsonl", 2, "input_token", "unknown field");
   check_error("vtensor_bad_version.jsonl", 1, "version", "not supported");
+}
+
+TEST_CASE("vtensor reader: lines off the fast path read as the document path reads them") {
+  // Note [The request fast path]: simdjson takes the plain lines; whitespace, a repeated member
+  // (the last one counts), an escaped member name, a minus sign or a bad number go through the
+  // nlohmann-json path, which reads them or names the error. One reused request throughout, so a
+  // line without block_keys must not keep the previous line's.
+  const auto dir = vtensor::testing::scratch_dir("fast_path");
+  const auto write = [&](const std::string& name, const std::string& text) {
+    const auto path = (dir / name).string();
+    std::ofstream(path) << "{\"format\":\"vtensor-trace\",\"version\":1,\"block_tokens\":4}\n" << text;
+    return path;
+  };
+  const auto good = write("good.jsonl",
+                          "{ \"arrival_us\" : 1 , \"input_tokens\":5,\"output_tokens\":2,\"block_keys\":[ 9, 3 ] }\n"
+                          "{\"arrival_us\":2,\"arrival_us\":5,\"input_tokens\":3,\"output_tokens\":2}\n"
+                          "{\"arriv\\u0061l_us\":6,\"input_tokens\":3,\"output_tokens\":2,\"block_keys\":[7],"
+                          "\"session\":18446744073709551615,\"turn\":4294967295}\n"
+                          "{\"arrival_us\":8,\"input_tokens\":3,\"output_tokens\":2}\n");
+  vt::vtensor_reader reader(good);
+  vt::trace_request request;
+  REQUIRE(reader.next(request));
+  CHECK(request.arrival_us == 1);
+  CHECK(request.input_tokens == 5);
+  CHECK(request.block_keys == std::vector<std::uint64_t>{9, 3});
+  CHECK(request.session == 0);
+  REQUIRE(reader.next(request));
+  CHECK(request.arrival_us == 5);
+  CHECK(request.block_keys.empty());
+  CHECK(request.session == 1);
+  REQUIRE(reader.next(request));
+  CHECK(request.arrival_us == 6);
+  CHECK(request.block_keys == std::vector<std::uint64_t>{7});
+  CHECK(request.session == 18446744073709551615ULL);
+  CHECK(request.turn == 4294967295U);
+  REQUIRE(reader.next(request));
+  CHECK(request.arrival_us == 8);
+  CHECK(request.block_keys.empty());
+  CHECK(request.session == 3);
+  CHECK_FALSE(reader.next(request));
+
+  const std::string plain = "\"input_tokens\":3,\"output_tokens\":2";
+  const struct {
+    const char* name;
+    std::string line;
+    const char* field;
+    const char* why;
+  } bad[] = {
+      {"minus_zero", "{\"arrival_us\":-0," + plain + "}", "arrival_us", "negative value 0"},
+      {"exponent", "{\"arrival_us\":1e2," + plain + "}", "arrival_us", "expected an integer, got 100"},
+      {"turn_too_large", "{\"arrival_us\":1,\"turn\":4294967296," + plain + "}", "turn", "too large"},
+      {"trailing", "{\"arrival_us\":1," + plain + "} x", "", "bad JSON"},
+      {"negative_key", "{\"arrival_us\":1," + plain + ",\"block_keys\":[1,-1]}", "block_keys", "element 1"},
+      {"unknown", "{\"arrival_us\":1," + plain + ",\"tokens\":1}", "tokens", "unknown field"},
+      {"missing", "{\"arrival_us\":1,\"input_tokens\":3}", "output_tokens", "missing"},
+  };
+  for (const auto& test : bad) {
+    const std::string name = test.name;
+    CAPTURE(name);
+    vt::vtensor_reader bad_reader(write(std::string(test.name) + ".jsonl", test.line + "\n"));
+    try {
+      while (bad_reader.next(request)) {
+      }
+      FAIL("no trace_error");
+    } catch (const vt::trace_error& error) {
+      CAPTURE(error.what());
+      CHECK(error.line() == 2);
+      CHECK(error.field() == test.field);
+      CHECK(std::string(error.what()).find(test.why) != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("vidur reader: seconds to microseconds, integral decimals, extra columns ignored") {
