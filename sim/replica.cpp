@@ -254,15 +254,19 @@ void replica::start_step() {
 // Prices the batch just built (rec holds its admissions and VMM time), tells the observers and
 // schedules the step's end, after the steps of a stretch if one follows.
 void replica::run_step(step_record& rec) {
-  price_step(rec, queue_.now());
+  price_step(rec, queue_.now(), batch_work());
   const time_us end = run_stretch(rec.start + rec.duration_us);
   queue_.schedule_at(end, [this] { end_step(); });
 }
 
-void replica::price_step(step_record& rec, time_us at) {
+step_work replica::batch_work() const {
   step_work work;
+  for (const batch_entry& e : batch_) work.add_sequence(e.r->kv_tokens, e.tokens, e.decode);
+  return work;
+}
+
+void replica::price_step(step_record& rec, time_us at, const step_work& work, bool calls_moved) {
   for (const batch_entry& e : batch_) {
-    work.add_sequence(e.r->kv_tokens, e.tokens, e.decode);
     if (e.decode) {
       ++rec.decode_seqs;
     } else {
@@ -270,6 +274,7 @@ void replica::price_step(step_record& rec, time_us at) {
       rec.prefill_tokens += e.tokens;
     }
   }
+  last_work_ = work;
   const step_cost cost =
       config_.compute
           ? measured_step_cost(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors, *config_.compute)
@@ -284,9 +289,11 @@ void replica::price_step(step_record& rec, time_us at) {
   rec.preempted = step_preempted_;
   rec.compute_us = cost.compute_s() * 1e6;
   rec.memory_us = cost.memory_s() * 1e6;
-  const auto calls_now = policy_.vmm_calls();
-  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
-  last_step_calls_ = calls_now;
+  if (calls_moved) {
+    const auto calls_now = policy_.vmm_calls();
+    for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
+    last_step_calls_ = calls_now;
+  }
   rec.running = static_cast<std::uint32_t>(running_.size());
   rec.waiting = static_cast<std::uint32_t>(waiting_.size());
   pending_release_critical_ = sim_ns{0};
@@ -314,8 +321,13 @@ void replica::price_step(step_record& rec, time_us at) {
 //   the same instant, integrates that state over step j - 1 and emits its grid samples all the
 //   same (state_tracker: the previous state holds until the next observation);
 // - step j, built at `end`: the same decoders in the same order grow by one token (grow_round()),
-//   the VMM time and calls are read as start_step() reads them, and price_step() prices, counts
-//   and emits it.
+//   and price_step() prices, counts and emits it. What start_step() would read is known here:
+//   by the policy's promise grow_round() and advance_to() move no VMM time or call count, so the
+//   step's VMM time is the releases' since the last step (none: nothing finishes in a stretch)
+//   and its calls are zero; its work is step j - 1's with every context one token longer (one
+//   more attended pair and one more token read per decoder, integers, so exactly the sum
+//   batch_work() would make). The promise is checked once a stretch: the VMM time and calls
+//   after it must be those before it, or the replay stops with a logic_error.
 // It stops before step j when j would pass the first finish or the policy's rounds, or when the
 // queue holds an event due at or before `end` (an arrival at `end` may come before the step in
 // the queue's order); run_step() then schedules the last step's end, which end_step() runs as
@@ -334,6 +346,11 @@ time_us replica::run_stretch(time_us end) {
   }
   if (to_first_finish < 2 || queue_.next_at() <= end) return end;
   const std::uint64_t rounds = policy_.in_place_rounds(decode_ids_);
+  if (rounds == 0) return end;
+  const sim_ns vmm_before = policy_.vmm_time();
+  const sim_ns critical_before = policy_.critical_vmm_time();
+  const std::uint64_t decoders = batch_.size();
+  step_work work = last_work_;
   for (std::uint64_t j = 1; j < to_first_finish && j <= rounds && queue_.next_at() > end; ++j) {
     // The end of step j - 1, as end_step() runs it when no request finishes.
     policy_.advance_to(sim_us{end});
@@ -341,20 +358,25 @@ time_us replica::run_stretch(time_us end) {
       ++e.r->kv_tokens;
       ++e.r->generated;
     }
-    counters_.output_tokens += batch_.size();
+    counters_.output_tokens += decoders;
     close_step();
     if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();  // as start_step()
     ++counters_.stretch_steps;
     // Step j, as start_step() builds it: the same decoders, nothing to prefill or admit.
     pipelined_ = config_.pipeline;
-    const sim_ns vmm_start = policy_.vmm_time();
-    const sim_ns critical_start = policy_.critical_vmm_time();
     policy_.grow_round(decode_ids_);
     step_record rec;
-    rec.vmm_critical = policy_.critical_vmm_time() - critical_start + pending_release_critical_;
-    rec.vmm_total = policy_.vmm_time() - vmm_start + pending_release_vmm_;
-    price_step(rec, end);
+    rec.vmm_critical = pending_release_critical_;
+    rec.vmm_total = pending_release_vmm_;
+    work.decode.attended_pairs += decoders;
+    work.decode.kv_read_tokens += decoders;
+    price_step(rec, end, work, false);
     end = rec.start + rec.duration_us;
+  }
+  if (policy_.vmm_time() != vmm_before || policy_.critical_vmm_time() != critical_before ||
+      policy_.vmm_calls() != last_step_calls_) {
+    throw std::logic_error(
+        "replica: the policy's VMM time or calls moved in a decode stretch (Note [Decode stretches])");
   }
   return end;
 }

@@ -241,8 +241,11 @@ class replica {
 
   void start_step();
   void run_step(step_record& rec);
-  void price_step(step_record& rec, time_us at);  // prices, counts and emits a step built at `at`
-  time_us run_stretch(time_us end);               // Note [Steps run in a stretch]; returns the last end
+  [[nodiscard]] step_work batch_work() const;  // the work of batch_
+  // Prices, counts and emits a step of `work` built at `at`; `calls_moved`: read the VMM calls
+  // since the previous step (false in a stretch, where none are made).
+  void price_step(step_record& rec, time_us at, const step_work& work, bool calls_moved = true);
+  time_us run_stretch(time_us end);  // Note [Steps run in a stretch]; returns the last end
   void end_step();
   void admit_waiting(std::uint32_t& budget);
   bool decode_grow(std::size_t index);
@@ -272,6 +275,7 @@ class replica {
   sim_ns pending_release_vmm_{};           // all VMM time of those releases
   std::array<std::uint64_t, k_vmm_call_kinds> last_step_calls_{};  // VMM calls when the previous step was built
   std::uint32_t step_preempted_ = 0;
+  step_work last_work_;                                    // of the step priced last
   bool continuing_ = false;                                // start_step() called at the end of a step
   bool pipelined_ = false;                                 // this step's admissions are pipelined
   time_us last_step_start_ = 0;                            // when the previous step began
