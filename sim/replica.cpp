@@ -293,7 +293,9 @@ void replica::price_step(step_record& rec, time_us at, const step_work& work, bo
     const auto calls_now = policy_.vmm_calls();
     for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
     last_step_calls_ = calls_now;
+    last_chunks_created_ = policy_.chunks_created();
   }
+  rec.chunks_created = last_chunks_created_;
   rec.running = static_cast<std::uint32_t>(running_.size());
   rec.waiting = static_cast<std::uint32_t>(waiting_.size());
   pending_release_critical_ = sim_ns{0};
@@ -323,11 +325,11 @@ void replica::price_step(step_record& rec, time_us at, const step_work& work, bo
 // - step j, built at `end`: the same decoders in the same order grow by one token (grow_round()),
 //   and price_step() prices, counts and emits it. What start_step() would read is known here:
 //   by the policy's promise grow_round() and advance_to() move no VMM time or call count, so the
-//   step's VMM time is the releases' since the last step (none: nothing finishes in a stretch)
-//   and its calls are zero; its work is step j - 1's with every context one token longer (one
-//   more attended pair and one more token read per decoder, integers, so exactly the sum
-//   batch_work() would make). The promise is checked once a stretch: the VMM time and calls
-//   after it must be those before it, or the replay stops with a logic_error.
+//   step's VMM time is the releases' since the last step (none: nothing finishes in a stretch),
+//   its calls are zero and the chunks created so far are those of step j - 1; its work is step j - 1's with every
+//   context one token longer (one more attended pair and one more token read per decoder, integers, so exactly the sum
+//   batch_work() would make). The promise is checked once a stretch: the VMM time, calls and
+//   chunks created after it must be those before it, or the replay stops with a logic_error.
 // It stops before step j when j would pass the first finish or the policy's rounds, or when the
 // queue holds an event due at or before `end` (an arrival at `end` may come before the step in
 // the queue's order); run_step() then schedules the last step's end, which end_step() runs as

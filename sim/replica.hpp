@@ -136,6 +136,7 @@ struct step_record {
   sim_ns vmm_critical{};                                    ///< VMM time added to the step
   sim_ns vmm_total{};                                       ///< VMM time charged while building it (critical or not)
   std::array<std::uint64_t, k_vmm_call_kinds> vmm_calls{};  ///< VMM calls by kind since the previous step was built
+  std::uint64_t chunks_created = 0;                         ///< the policy's chunks_created() when it was built
   std::uint32_t running = 0;                                ///< running after admission
   std::uint32_t waiting = 0;                                ///< waiting after admission
 };
@@ -243,7 +244,7 @@ class replica {
   void run_step(step_record& rec);
   [[nodiscard]] step_work batch_work() const;  // the work of batch_
   // Prices, counts and emits a step of `work` built at `at`; `calls_moved`: read the VMM calls
-  // since the previous step (false in a stretch, where none are made).
+  // and chunk creations since the previous step (false in a stretch, where none are made).
   void price_step(step_record& rec, time_us at, const step_work& work, bool calls_moved = true);
   time_us run_stretch(time_us end);  // Note [Steps run in a stretch]; returns the last end
   void end_step();
@@ -274,6 +275,7 @@ class replica {
   sim_ns pending_release_critical_{};      // critical VMM time of releases since the last step was built
   sim_ns pending_release_vmm_{};           // all VMM time of those releases
   std::array<std::uint64_t, k_vmm_call_kinds> last_step_calls_{};  // VMM calls when the previous step was built
+  std::uint64_t last_chunks_created_ = 0;                          // chunks created by then
   std::uint32_t step_preempted_ = 0;
   step_work last_work_;                                    // of the step priced last
   bool continuing_ = false;                                // start_step() called at the end of a step

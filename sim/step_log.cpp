@@ -7,7 +7,7 @@
 namespace vtensor::sim {
 
 void step_log::on_step(const step_record& s) {
-  const std::uint64_t created = policy_.chunks_created();  // Note [Per-step reads of a policy]
+  const std::uint64_t created = s.chunks_created;
   ++step_count_;
   if (created != (creations_.empty() ? 0 : creations_.back().created)) creations_.push_back({s.index, created});
   if (!keep_steps_) return;

@@ -39,8 +39,9 @@ struct creation_after_warmup {
   std::uint64_t last_create_step = 0;  ///< index of the last step whose build saw a create (0: none)
 };
 
-/// The recording observer; reads the policy's stats after each step is built. It always keeps
-/// the steps at which chunk creation moved (few: creation stops after warm-up); it keeps every
+/// The recording observer; takes each step's chunk creations from its record, and the policy's
+/// memory when it keeps steps, right after the step is built. It always keeps the steps at which
+/// chunk creation moved (few: creation stops after warm-up); it keeps every
 /// step only when asked to (`keep_steps`, for a comparison): a replay of a million requests runs
 /// tens of millions of steps.
 class step_log final : public replica_observer {

@@ -12,8 +12,10 @@ using namespace vtensor::sim_testing;
 
 namespace {
 
-step_record step(std::uint64_t index, std::uint32_t decode = 1) {
+// A step built now over `p`, as a replica records it.
+step_record step(const kv_policy& p, std::uint64_t index, std::uint32_t decode = 1) {
   step_record s;
+  s.chunks_created = p.chunks_created();
   s.index = index;
   s.start = 1000 * index;
   s.duration_us = 900;
@@ -29,9 +31,9 @@ TEST_CASE("step log: each kept step holds the batch and the policy's memory righ
   auto p = make_kv_policy("vtensor", llama_policy(k_unlimited));
   step_log log(*p, true);
   REQUIRE(p->admit({request_id{1}, {}, 1000, 2000}).admitted);
-  log.on_step(step(0));
+  log.on_step(step(*p, 0));
   REQUIRE(p->grow(request_id{1}, 100));
-  log.on_step(step(1, 2));
+  log.on_step(step(*p, 1, 2));
   REQUIRE(log.steps().size() == 2);
   const step_entry& e = log.steps()[1];
   CHECK(e.index == 1);
@@ -53,11 +55,11 @@ TEST_CASE("step log: creation after warm-up counts the chunks created after the 
   auto p = make_kv_policy("vtensor", llama_policy(k_unlimited));
   step_log log(*p, false);                                        // creation is tracked even when steps are not kept
   REQUIRE(p->admit({request_id{1}, {}, 1000, 100000}).admitted);  // 2 pages of 32 chunks (kv-fused)
-  log.on_step(step(0));
-  for (std::uint64_t i = 1; i < 8; ++i) log.on_step(step(i));  // nothing new
-  REQUIRE(p->grow(request_id{1}, 500));                        // 1500 tokens: page 3, 32 chunks more
-  log.on_step(step(8));
-  log.on_step(step(9));
+  log.on_step(step(*p, 0));
+  for (std::uint64_t i = 1; i < 8; ++i) log.on_step(step(*p, i));  // nothing new
+  REQUIRE(p->grow(request_id{1}, 500));                            // 1500 tokens: page 3, 32 chunks more
+  log.on_step(step(*p, 8));
+  log.on_step(step(*p, 9));
   CHECK(log.steps().empty());
 
   const creation_after_warmup half = log.creation(0.5);
