@@ -70,13 +70,14 @@ std::uint64_t manager::in_place_rounds(std::span<const request_id> ids) {
   return scheduler_.in_place_rounds(ids, round_records_);
 }
 
-void manager::grow_round(std::size_t count) {
+memory_stats manager::grow_round(std::size_t count) {
   std::lock_guard lock(mutex_);
   if (count != round_records_.size()) {
     throw std::logic_error("manager::grow_round: not the requests of the last in_place_rounds()");
   }
   scheduler_.grow_round(round_records_);
   after_op();
+  return scheduler_.memory();
 }
 
 create_result manager::fork(request_id parent, request_id child) {

@@ -81,9 +81,10 @@ class manager {
   /// live); remembers their records for grow_round() (Note [Decode stretches] in sim/kv_policy.hpp).
   [[nodiscard]] std::uint64_t in_place_rounds(std::span<const request_id> ids);
   /// One of those rounds: extend_in_place(ids, 1) for the ids of the last in_place_rounds(), with
-  /// rounds left and no other operation since, without looking them up. Throws std::logic_error
-  /// when `count` is not the number of those ids.
-  void grow_round(std::size_t count);
+  /// rounds left and no other operation since, without looking them up. Returns memory() after
+  /// the round, read under the same lock (a replay reads it after every step). Throws
+  /// std::logic_error when `count` is not the number of those ids.
+  memory_stats grow_round(std::size_t count);
   /// Forks live request `parent` into new request `child` sharing its whole pages.
   create_result fork(request_id parent, request_id child);
   /// Ends request `id`: its prefix is recorded for reuse, its memory returns to the pool.

@@ -91,6 +91,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -170,7 +171,10 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] sim_ns do_vmm_time() const override;
   [[nodiscard]] sim_ns do_critical_vmm_time() const override { return critical_; }
   void do_advance_to(sim_us now) override;
-  void do_settle() override { manager_->settle(); }
+  void do_settle() override {
+    round_memory_.reset();
+    manager_->settle();
+  }
   [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override { return report(); }
   [[nodiscard]] std::string do_name() const override { return "vtensor"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
@@ -230,6 +234,7 @@ class vtensor_policy final : public kv_policy {
   sim_ns carry_{};                // the next step's wait for them, booked at its first call
   sim_ns rest_wait_time_{};
   std::array<std::uint64_t, k_vmm_call_kinds> worker_calls_{};  // calls handed to the worker, by kind
+  std::optional<memory_stats> round_memory_;                    // Note [The memory after a growth round]
   void count_worker(vmm_call c, std::uint64_t n) { worker_calls_[static_cast<std::size_t>(c)] += n; }
 };
 

@@ -187,6 +187,45 @@ void conformance(const std::string& name, const std::string& backend) {
     check_stats(*p);
   }
 
+  SUBCASE("memory_view() is stats()' memory after each grow_round() and after the calls that follow") {
+    // vtensor answers memory_view() from grow_round()'s own reading until its next call (Note
+    // [The memory after a growth round]): every call after it must show in the view.
+    std::vector<request_id> ids;
+    for (std::uint64_t id = 1; id <= 3; ++id) {  // static holds four at most
+      REQUIRE(p->admit({request_id{id}, {}, 100 + id * 50, 4000}).admitted);
+      ids.push_back(request_id{id});
+    }
+    const auto agree = [&] {
+      const kv_stats s = p->stats();
+      const kv_memory_view v = p->memory_view();
+      CHECK(v.memory == s.memory);
+      CHECK(v.breakdown == s.breakdown);
+    };
+    const std::uint64_t rounds = p->in_place_rounds(ids);
+    if (name == "vtensor") CHECK(rounds >= 30);
+    for (std::uint64_t r = 0; r < std::min<std::uint64_t>(rounds, 30); ++r) {
+      p->advance_to(sim_us{(r + 1) * 1000});
+      p->grow_round(ids);
+      agree();
+    }
+    REQUIRE(p->grow(ids[0], 1500));  // past its page: takes memory
+    agree();
+    p->release(ids.back(), release_reason::finished);
+    agree();
+    ids.pop_back();
+    REQUIRE(p->admit({request_id{7}, {}, 900, 4000}).admitted);
+    agree();
+    ids.push_back(request_id{7});
+    if (p->in_place_rounds(ids) > 0) p->grow_round(ids);
+    REQUIRE(p->grow_each(ids) == ids.size());
+    agree();
+    p->settle();
+    agree();
+    for (const request_id id : ids) p->release(id, release_reason::preempted);
+    agree();
+    check_stats(*p);
+  }
+
   SUBCASE("random operations keep the invariants, and two runs of the same operations agree") {
     const auto run = [&](kv_policy& q) {
       std::mt19937_64 rng(7);
