@@ -136,8 +136,8 @@ struct vmm_split_report {
 /// Note [Per-step reads of a policy]
 /// A replica reads the policy's memory twice a step (its time series and peaks), and its VMM call
 /// counts and chunk creations once (the step's calls and record; a decode stretch reads neither,
-/// Note [Steps run in a stretch]). Reading them through stats()
-/// gathered every counter of the policy each time: 19% of the instructions of a 5,000-request
+/// Note [Steps run in a stretch]). Reading them through stats() gathered every counter of the
+/// policy each time: 19% of the instructions of a 5,000-request
 /// gen-trace replay under callgrind went to vtensor's stats(). memory_view(), vmm_calls() and
 /// chunks_created() answer those figures alone; a policy that does not override them answers
 /// through stats(), so they agree by construction there, and vtensor's overrides read the same

@@ -324,12 +324,13 @@ void replica::price_step(step_record& rec, time_us at, const step_work& work, bo
 //   same (state_tracker: the previous state holds until the next observation);
 // - step j, built at `end`: the same decoders in the same order grow by one token (grow_round()),
 //   and price_step() prices, counts and emits it. What start_step() would read is known here:
-//   by the policy's promise grow_round() and advance_to() move no VMM time or call count, so the
-//   step's VMM time is the releases' since the last step (none: nothing finishes in a stretch),
-//   its calls are zero and the chunks created so far are those of step j - 1; its work is step j - 1's with every
-//   context one token longer (one more attended pair and one more token read per decoder, integers, so exactly the sum
-//   batch_work() would make). The promise is checked once a stretch: the VMM time, calls and
-//   chunks created after it must be those before it, or the replay stops with a logic_error.
+//   by the policy's promise grow_round() and advance_to() move no VMM time, call count or chunk
+//   creation, so the step's VMM time is the releases' since the last step (none: nothing
+//   finishes in a stretch), its calls are zero and its chunks created are step j - 1's; its work
+//   is step j - 1's with every context one token longer (one more attended pair and one more
+//   token read per decoder, integers, so exactly the sum batch_work() would make). The promise
+//   is checked once a stretch: the VMM time, calls and chunks created after it must be those
+//   before it, or the replay stops with a logic_error.
 // It stops before step j when j would pass the first finish or the policy's rounds, or when the
 // queue holds an event due at or before `end` (an arrival at `end` may come before the step in
 // the queue's order); run_step() then schedules the last step's end, which end_step() runs as
@@ -376,9 +377,10 @@ time_us replica::run_stretch(time_us end) {
     end = rec.start + rec.duration_us;
   }
   if (policy_.vmm_time() != vmm_before || policy_.critical_vmm_time() != critical_before ||
-      policy_.vmm_calls() != last_step_calls_) {
+      policy_.vmm_calls() != last_step_calls_ || policy_.chunks_created() != last_chunks_created_) {
     throw std::logic_error(
-        "replica: the policy's VMM time or calls moved in a decode stretch (Note [Decode stretches])");
+        "replica: the policy's VMM time, calls or chunks created moved in a decode stretch (Note [Decode "
+        "stretches])");
   }
   return end;
 }

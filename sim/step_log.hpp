@@ -41,9 +41,9 @@ struct creation_after_warmup {
 
 /// The recording observer; takes each step's chunk creations from its record, and the policy's
 /// memory when it keeps steps, right after the step is built. It always keeps the steps at which
-/// chunk creation moved (few: creation stops after warm-up); it keeps every
-/// step only when asked to (`keep_steps`, for a comparison): a replay of a million requests runs
-/// tens of millions of steps.
+/// chunk creation moved (few: creation stops after warm-up); it keeps every step only when asked
+/// to (`keep_steps`, for a comparison): a replay of a million requests runs tens of millions of
+/// steps.
 class step_log final : public replica_observer {
  public:
   step_log(const kv_policy& policy, bool keep_steps) : policy_(policy), keep_steps_(keep_steps) {}
