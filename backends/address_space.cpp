@@ -65,11 +65,7 @@ std::optional<std::pair<device_addr, std::uint64_t>> address_space::range_of(dev
 
 // ---- chunks ------------------------------------------------------------------------------------
 
-std::uint32_t address_space::entry_of(chunk_handle h) const {
-  if (slot_of_ != nullptr) {
-    const std::uint32_t slot = slot_of_(h);
-    return slot < entries_.size() && entries_[slot].handle == h.value && h.value != 0 ? slot : k_no_entry;
-  }
+std::uint32_t address_space::indexed_entry_of(chunk_handle h) const {
   const auto it = index_.find(h.value);
   return it == index_.end() ? k_no_entry : it->second;
 }
@@ -79,8 +75,8 @@ void address_space::add_chunk(chunk_handle h) {
     throw std::logic_error(fmt::format("address_space: chunk handle {:#x} is zero or created twice", h.value));
   }
   std::uint32_t entry = 0;
-  if (slot_of_ != nullptr) {
-    entry = slot_of_(h);
+  if (slotted_) {
+    entry = slot_in(h);
     if (entry >= entries_.size()) entries_.resize(std::size_t{entry} + 1);
     if (entries_[entry].handle != 0) {
       throw std::logic_error(fmt::format("address_space: slot of chunk handle {:#x} is taken", h.value));
@@ -93,7 +89,7 @@ void address_space::add_chunk(chunk_handle h) {
     entries_.emplace_back();
   }
   entries_[entry] = chunk_entry{h.value, 0};
-  if (slot_of_ == nullptr) index_.emplace(h.value, entry);
+  if (!slotted_) index_.emplace(h.value, entry);
   ++live_chunks_;
 }
 
@@ -113,7 +109,7 @@ void address_space::remove_chunk(chunk_handle h) {
   const std::uint32_t entry = entry_of(h);
   if (entry == k_no_entry) return;
   entries_[entry] = chunk_entry{};
-  if (slot_of_ == nullptr) {
+  if (!slotted_) {
     index_.erase(h.value);
     free_entries_.push_back(entry);
   }
@@ -152,36 +148,78 @@ address_space::map_slot address_space::check_map(device_addr va, chunk_handle h)
   return {&range->second, &span, entry};
 }
 
-void address_space::map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
-  if (mapped >= handles.size()) return;
+// One run of adjacent chunks from `va`: handle_at(k) is its k-th handle for k < `count`, and
+// for k < `known` the handles past it, whose entries are asked for ahead (k_entries_ahead). The
+// counts are kept in locals and written as a chunk is about to throw and at the end.
+template <typename HandleAt>
+void address_space::map_run(device_addr va, std::size_t count, std::size_t known, HandleAt handle_at,
+                            std::size_t& mapped) {
+  if (mapped >= count) return;
   const device_addr base = va + mapped * k_chunk_bytes;
   const auto range = find_range(base);
   if (range == ranges_.end()) [[unlikely]] {
-    (void)check_map(base, handles[mapped]);  // throws
+    (void)check_map(base, handle_at(mapped));  // throws
   }
   range_info& info = range->second;
   const std::uint64_t first = (base - range->first) / k_chunk_bytes;
   const std::uint64_t in_range = info.bytes / k_chunk_bytes;
-  const std::uint64_t n = std::min<std::uint64_t>(handles.size() - mapped, in_range - std::min(first, in_range));
+  const std::uint64_t n = std::min<std::uint64_t>(count - mapped, in_range - std::min(first, in_range));
   std::vector<span_state>& spans = info.spans;
   if (first + n > spans.size()) spans.resize(std::min(in_range, std::max<std::uint64_t>(first + n, 2 * spans.size())));
-  for (std::uint64_t i = 0; i < n; ++i, ++mapped) {
-    if (slot_of_ != nullptr && mapped + k_entries_ahead < handles.size()) {
-      const std::uint32_t ahead = slot_of_(handles[mapped + k_entries_ahead]);
-      if (ahead < entries_.size()) __builtin_prefetch(&entries_[ahead], 1);
+  span_state* const run = spans.data() + first;
+  chunk_entry* const entries = entries_.data();
+  const std::size_t from = mapped;
+  std::uint64_t i = 0;
+  const auto commit = [&] {
+    mapped = from + i;
+    info.mapped_spans += i;
+    mappings_ += i;
+  };
+  for (; i < n; ++i) {
+    if (slotted_ && from + i + k_entries_ahead < known) {
+      const std::uint32_t ahead = slot_in(handle_at(from + i + k_entries_ahead));
+      if (ahead < entries_.size()) __builtin_prefetch(&entries[ahead], 1);
     }
-    const chunk_handle h = handles[mapped];
+    const chunk_handle h = handle_at(from + i);
     const std::uint32_t entry = entry_of(h);
-    span_state& span = spans[first + i];
+    span_state& span = run[i];
     if (entry == k_no_entry || span.handle != 0) [[unlikely]] {
+      commit();
       (void)check_map(base + i * k_chunk_bytes, h);  // throws the rule it breaks
     }
     span = span_state{h.value, entry, true};
-    ++entries_[entry].mappings;
-    ++info.mapped_spans;  // counted as it goes: a later chunk may throw
-    ++mappings_;
+    ++entries[entry].mappings;
   }
-  if (mapped < handles.size()) (void)check_map(va + mapped * k_chunk_bytes, handles[mapped]);  // past the range: throws
+  commit();
+  if (mapped < count) (void)check_map(va + mapped * k_chunk_bytes, handle_at(mapped));  // past the range: throws
+}
+
+void address_space::map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
+  map_run(
+      va, handles.size(), handles.size(), [handles](std::size_t k) { return handles[k]; }, mapped);
+}
+
+void address_space::map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) {
+  if (slotted_) {  // the first entries, which the runs do not ask for ahead
+    for (std::size_t k = done; k < maps.size() && k < done + k_entries_ahead; ++k) {
+      const std::uint32_t ahead = slot_in(maps[k].handle);
+      if (ahead < entries_.size()) __builtin_prefetch(&entries_[ahead], 1);
+    }
+  }
+  while (done < maps.size()) {
+    std::size_t end = done + 1;
+    while (end < maps.size() && maps[end].va == maps[end - 1].va + k_chunk_bytes) ++end;
+    const mapping_entry* const run = maps.data() + done;
+    std::size_t mapped = 0;
+    try {
+      map_run(
+          run->va, end - done, maps.size() - done, [run](std::size_t k) { return run[k].handle; }, mapped);
+    } catch (...) {
+      done += mapped;
+      throw;
+    }
+    done += mapped;
+  }
 }
 
 void address_space::commit_map(const map_slot& slot, chunk_handle h) {
@@ -269,7 +307,7 @@ void address_space::check_invariants() const {
     if (entry_of(chunk_handle{c.handle}) != e) fail(fmt::format("chunk {:#x} is not found at its entry", c.handle));
   }
   if (live != live_chunks_) fail("live chunk count drifted");
-  if (slot_of_ == nullptr && index_.size() != live_chunks_) fail("chunk index size drifted");
+  if (!slotted_ && index_.size() != live_chunks_) fail("chunk index size drifted");
 }
 
 }  // namespace vtensor

@@ -38,9 +38,14 @@ class address_space {
     std::uint32_t entry = 0;   ///< the chunk's entry in the chunk table
     bool accessible = false;   ///< set_access done since the map
   };
-  /// Where a handle's entry is: its slot, for backends whose handles carry one (the entry's handle
-  /// is checked, so a stale handle of a reused slot is refused); absent, a hash index is kept.
-  using slot_fn = std::uint32_t (*)(chunk_handle);
+  /// How a handle's entry is found: `slotted` handles carry it, as (generation << 32) | (slot + 1)
+  /// (the entry's handle is checked, so a stale handle of a reused slot is refused; the slot is
+  /// computed inline on the map path); for `opaque` ones a hash index is kept.
+  enum class handle_kind : std::uint8_t { opaque, slotted };
+  /// The slot a slotted handle carries (~0 for handle 0: no entry).
+  [[nodiscard]] static std::uint32_t slot_in(chunk_handle h) {
+    return static_cast<std::uint32_t>(h.value & 0xffff'ffff) - 1;
+  }
   /// One reserved range.
   struct range_info {
     std::uint64_t bytes = 0;         ///< size of the range
@@ -61,8 +66,7 @@ class address_space {
     std::span<span_state> spans;
   };
 
-  /// `slot_of`: see slot_fn; nullptr for opaque handles.
-  explicit address_space(slot_fn slot_of = nullptr) : slot_of_(slot_of) {}
+  explicit address_space(handle_kind handles = handle_kind::opaque) : slotted_(handles == handle_kind::slotted) {}
   address_space(const address_space&) = delete;
   address_space& operator=(const address_space&) = delete;
 
@@ -99,6 +103,10 @@ class address_space {
   /// chunks from `va`, the range looked up once (Note [Tracking on the map path]); `mapped` counts
   /// the chunks done, and the first chunk that breaks a rule throws check_map's error.
   void map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped);
+  /// map_run_with_access over each run of adjacent addresses in `maps` from maps[done] on; `done`
+  /// counts the entries mapped, also when one throws. The chunk entries are asked for ahead across
+  /// the runs' ends.
+  void map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done);
   /// set_access or unmap (`call`) of `[va, va + bytes)`: every chunk-sized span of it mapped.
   [[nodiscard]] mapped_run check_mapped(vmm_call call, device_addr va, std::uint64_t bytes);
   /// Marks the spans of `run` accessible.
@@ -124,13 +132,20 @@ class address_space {
   static constexpr std::uint32_t k_no_entry = ~std::uint32_t{0};
 
   [[nodiscard]] range_map::iterator find_range(device_addr va);
+  template <typename HandleAt>
+  void map_run(device_addr va, std::size_t count, std::size_t known, HandleAt handle_at, std::size_t& mapped);
   [[noreturn]] void throw_unmapped(vmm_call call, device_addr span, device_addr va, std::uint64_t bytes) const;
   /// The entry of live chunk `h`, or k_no_entry.
-  [[nodiscard]] std::uint32_t entry_of(chunk_handle h) const;
+  [[nodiscard]] std::uint32_t entry_of(chunk_handle h) const {
+    if (!slotted_) return indexed_entry_of(h);
+    const std::uint32_t slot = slot_in(h);
+    return slot < entries_.size() && entries_[slot].handle == h.value && h.value != 0 ? slot : k_no_entry;
+  }
+  [[nodiscard]] std::uint32_t indexed_entry_of(chunk_handle h) const;
 
   range_map ranges_;                                ///< reserved ranges by base
   range_map::iterator last_range_ = ranges_.end();  ///< the range a call used last
-  slot_fn slot_of_;                                 ///< handle -> entry, when handles carry it
+  bool slotted_;                                    ///< handles carry their entry (handle_kind::slotted)
   /// Runs of maps and unmaps ask the cache for the chunk entries this many chunks ahead: in the
   /// pool's scattered order most of them miss, and the misses then overlap.
   static constexpr std::size_t k_entries_ahead = 8;

@@ -10,7 +10,7 @@ constexpr std::uint64_t k_slot_mask = 0xffff'ffff;
 
 // A handle carries its slot (Note [Simulated chunk handles]): the address space's chunk table is
 // indexed by it.
-std::uint32_t slot_of(chunk_handle h) { return static_cast<std::uint32_t>((h.value & k_slot_mask) - 1); }
+std::uint32_t slot_of(chunk_handle h) { return address_space::slot_in(h); }
 
 std::string span_text(device_addr va, std::uint64_t bytes) { return fmt::format("[{:#x}, {:#x})", va, va + bytes); }
 
@@ -20,7 +20,7 @@ sim_backend::sim_backend(std::uint64_t capacity_bytes, latency_model model, va_w
     : capacity_chunks_(capacity_bytes == k_unlimited ? k_unlimited : capacity_bytes / k_chunk_bytes),
       model_(std::move(model)),
       window_(window),
-      space_(&slot_of) {
+      space_(address_space::handle_kind::slotted) {
   if (window.base % k_chunk_bytes != 0 || window.bytes % k_chunk_bytes != 0 || window.base == 0 || window.bytes == 0 ||
       window.bytes > std::numeric_limits<std::uint64_t>::max() - window.base) {
     throw std::invalid_argument(
@@ -157,6 +157,19 @@ void sim_backend::do_map_run_with_access(device_addr va, std::span<const chunk_h
     }
   } guard{*this, mapped};
   space_.map_run_with_access(va, handles, mapped);
+}
+
+void sim_backend::do_map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) {
+  struct charge_guard {  // as do_map_run_with_access's, for the job's entries done
+    sim_backend& self;
+    const std::size_t& done;
+    std::size_t first;
+    ~charge_guard() {
+      self.charge(vmm_call::map, self.cost(vmm_call::map) * (done - first));
+      self.charge(vmm_call::set_access, self.cost(vmm_call::set_access) * (done - first));
+    }
+  } guard{*this, done, done};
+  space_.map_runs_with_access(maps, done);
 }
 
 void sim_backend::do_set_access(device_addr va, std::uint64_t bytes) {

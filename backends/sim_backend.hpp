@@ -84,6 +84,8 @@ class sim_backend final : public vmm_backend {
   void do_map_with_access(device_addr va, chunk_handle h) override;
   /// A run checked and recorded chunk by chunk, charged at once (Note [Runs of maps]).
   void do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) override;
+  /// A job's runs, the range looked up once a run, charged at once (Note [Runs of maps]).
+  void do_map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) override;
   void do_unmap(device_addr va, std::uint64_t bytes) override;
   [[nodiscard]] vmm_live do_live() const override { return space_.live(); }
 

@@ -1,8 +1,10 @@
 #include "backends/vmm_backend.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -126,7 +128,12 @@ void vmm_backend::map_with_access(device_addr va, chunk_handle h) {
 // the base class]): the chunks done, plus the failing chunk's map and, when its access failed,
 // its set-access and the unmap that undid it. A run whose address is misaligned, or whose end
 // wraps, goes chunk by chunk through map_with_access, which raises the same error at the same
-// chunk.
+// chunk. A mapping job's runs go down in one call, map_runs_with_access, so that the layers above
+// the device (the accounting adaptor's booking, the checks here) run once a job and not once a
+// run: a decode step's job is one run of a chunk or a few per tensor, and on the 1,000,000-request
+// gen-trace the layers cost more than the device's own work (results/README.md, "Session 16").
+// The simulated device maps the job's runs in one loop; every other backend and adaptor gets the
+// default, its run hook once per run, as before.
 void vmm_backend::map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
   mapped = 0;
   if (handles.empty()) return;
@@ -159,6 +166,83 @@ void vmm_backend::map_run_with_access(device_addr va, std::span<const chunk_hand
 
 void vmm_backend::do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
   for (; mapped < handles.size(); ++mapped) do_map_with_access(va + mapped * chunk_bytes(), handles[mapped]);
+}
+
+namespace {
+
+// Calls map_run(va, handles, mapped) for each run of adjacent addresses in `maps` from maps[done]
+// on, adding each run's `mapped` to `done`, also when the call throws.
+template <typename F>
+void for_each_run(std::span<const mapping_entry> maps, std::size_t& done, std::uint64_t chunk, F&& map_run) {
+  // Kept between jobs: a job is a few runs, and a fresh vector was a malloc and a free per job
+  // (1% of a replay's instructions). One per thread: the step thread and the worker both map.
+  thread_local std::vector<chunk_handle> handles;
+  while (done < maps.size()) {
+    std::size_t end = done + 1;
+    while (end < maps.size() && maps[end].va == maps[end - 1].va + chunk) ++end;
+    handles.clear();
+    for (std::size_t i = done; i < end; ++i) handles.push_back(maps[i].handle);
+    std::size_t mapped = 0;
+    try {
+      map_run(maps[done].va, std::span<const chunk_handle>(handles), mapped);
+    } catch (...) {
+      done += mapped;
+      throw;
+    }
+    done += mapped;
+  }
+}
+
+}  // namespace
+
+// A job's runs are counted as its runs' calls would count them (Note [Runs of maps]): the
+// entries done, plus the failing chunk's map and, when its access failed, its set-access and the
+// unmap that undid it. A job with a misaligned or wrapping entry goes run by run through
+// map_run_with_access, which raises the same error at the same chunk.
+void vmm_backend::map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) {
+  if (done >= maps.size()) return;
+  const std::uint64_t chunk = chunk_bytes();
+  const std::uint64_t granularity = granularity_bytes();
+  // A power of two (as check_aligned tests it) that divides the chunk: else run by run.
+  bool plain = granularity != 0 && (granularity & (granularity - 1)) == 0 && chunk % granularity == 0;
+  std::uint64_t bits = 0;  // every address or'ed: aligned when no bit under the granularity is set
+  std::uint64_t top = 0;
+  for (std::size_t i = done; i < maps.size(); ++i) {
+    bits |= maps[i].va;
+    top = std::max(top, maps[i].va);
+  }
+  plain = plain && (bits & (granularity - 1)) == 0 && top <= std::numeric_limits<std::uint64_t>::max() - chunk;
+  if (!plain) [[unlikely]] {
+    for_each_run(maps, done, chunk, [this](device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
+      map_run_with_access(va, handles, mapped);
+    });
+    return;
+  }
+  const std::size_t first = done;
+  try {
+    do_map_runs_with_access(maps, done);
+  } catch (const vmm_error& e) {
+    count(vmm_call::map, done - first + 1);
+    count(vmm_call::set_access, done - first);
+    if (e.call() == vmm_call::set_access) {
+      count(vmm_call::set_access);
+      count(vmm_call::unmap);
+    }
+    throw;
+  } catch (...) {
+    count(vmm_call::map, done - first + 1);
+    count(vmm_call::set_access, done - first);
+    throw;
+  }
+  count(vmm_call::map, maps.size() - first);
+  count(vmm_call::set_access, maps.size() - first);
+}
+
+void vmm_backend::do_map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) {
+  for_each_run(maps, done, chunk_bytes(),
+               [this](device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
+                 do_map_run_with_access(va, handles, mapped);
+               });
 }
 
 void vmm_backend::do_map_with_access(device_addr va, chunk_handle h) {

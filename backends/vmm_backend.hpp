@@ -108,6 +108,12 @@ class vmm_error : public std::runtime_error {
   device_addr addr_;
 };
 
+/// One chunk to map at `va`; its set-access follows at once.
+struct mapping_entry {
+  device_addr va = 0;     ///< chunk-aligned address
+  chunk_handle handle{};  ///< the chunk mapped there
+};
+
 /// Abstract VMM device. Public non-virtual methods check alignment and count every call; the
 /// private `do_*` hooks do the work and never count (Note [Counting in the base class]).
 /// Implementations charge time through `charge()`.
@@ -153,6 +159,10 @@ class vmm_backend {
   /// the error propagates. A backend may book the run at once (Note [Runs of maps]); a driver's
   /// backend keeps one call per chunk.
   void map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped);
+  /// map_run_with_access over each run of adjacent addresses in `maps`, from maps[done] on: the
+  /// same calls, counts, charges and errors as those calls one after the other (Note [Runs of
+  /// maps]). `done` counts the entries mapped with access, also when a call fails.
+  void map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done);
 
   /// Calls and charged time so far.
   [[nodiscard]] const vmm_counters& counters() const { return counters_; }
@@ -187,6 +197,10 @@ class vmm_backend {
   /// done in `mapped`; on an error the chunk that failed is reported as by do_map_with_access. The
   /// default runs do_map_with_access per chunk.
   virtual void do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped);
+  /// Maps the runs of a job (map_runs_with_access, whose entries are aligned and do not wrap),
+  /// counting the entries done in `done`; an error is reported as by do_map_run_with_access. The
+  /// default runs do_map_run_with_access per run.
+  virtual void do_map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done);
   [[nodiscard]] virtual vmm_live do_live() const = 0;
 
   vmm_counters counters_;

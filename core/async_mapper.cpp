@@ -6,34 +6,6 @@
 
 namespace vtensor {
 
-namespace {
-
-// Maps `maps` from `done` on, in runs of adjacent addresses (Note [Runs of maps] in
-// backends/vmm_backend.cpp: the same calls, booked at once where the backend can); `done` counts
-// the chunks mapped, also when a call fails.
-void map_runs(vmm_backend& backend, const std::vector<mapping_entry>& maps, std::size_t& done) {
-  const std::uint64_t chunk = backend.chunk_bytes();
-  // Kept between jobs: a job is a few runs, and a fresh vector was a malloc and a free per job
-  // (1% of a replay's instructions). One per thread: the step thread and the worker both map.
-  thread_local std::vector<chunk_handle> handles;
-  while (done < maps.size()) {
-    std::size_t end = done + 1;
-    while (end < maps.size() && maps[end].va == maps[end - 1].va + chunk) ++end;
-    handles.clear();
-    for (std::size_t i = done; i < end; ++i) handles.push_back(maps[i].handle);
-    std::size_t mapped = 0;
-    try {
-      backend.map_run_with_access(maps[done].va, handles, mapped);
-    } catch (...) {
-      done += mapped;
-      throw;
-    }
-    done += mapped;
-  }
-}
-
-}  // namespace
-
 // Note [One set-access per chunk]
 // cuMemSetAccess may span many mappings, and costs per mapping whatever its span. On the GPU one
 // call over a run of freshly mapped chunks measured dearer than one call per chunk, and a map +
@@ -44,7 +16,7 @@ void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
   const std::uint64_t chunk = backend.chunk_bytes();
   std::size_t done = 0;
   try {
-    map_runs(backend, job.maps, done);
+    backend.map_runs_with_access(job.maps, done);
   } catch (...) {  // the failed call undid itself
     for (std::size_t i = 0; i < done; ++i) backend.unmap(job.maps[i].va, chunk);
     throw;
@@ -228,7 +200,7 @@ void async_mapper::run_job(std::uint64_t ticket, const mapping_job& job, std::ve
   std::size_t done = 0;
   try {
     if (inline_) {  // the backend lock is held: the job's runs at once (Note [Runs of maps])
-      map_runs(backend_, job.maps, done);
+      backend_.map_runs_with_access(job.maps, done);
     } else {  // one driver call per lock, so that the step thread's calls get in between
       for (; done < job.maps.size(); ++done) {
         locked_call(charged, [&] { backend_.map_with_access(job.maps[done].va, job.maps[done].handle); });

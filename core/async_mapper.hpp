@@ -37,12 +37,6 @@
 
 namespace vtensor {
 
-/// One chunk to map at `va`; its set-access follows at once.
-struct mapping_entry {
-  device_addr va = 0;     ///< chunk-aligned address
-  chunk_handle handle{};  ///< the chunk mapped there
-};
-
 /// A run of contiguous chunk mappings to unmap in one call.
 struct unmap_entry {
   device_addr va = 0;       ///< first chunk's address

@@ -88,11 +88,16 @@ void accounting_backend::do_map_with_access(device_addr va, chunk_handle h) {
   booked_mapping_calls([&] { inner().map_with_access(va, h); });
 }
 
-// A run is booked as the calls the inner backend counted for it (Note [Runs of maps] in
-// backends/vmm_backend.cpp): the model prices each mapping call alike, so the prices add up.
+// A run, or a job's runs, is booked as the calls the inner backend counted for it (Note [Runs of
+// maps] in backends/vmm_backend.cpp): the model prices each mapping call alike, so the prices add
+// up.
 void accounting_backend::do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles,
                                                 std::size_t& mapped) {
   booked_mapping_calls([&] { inner().map_run_with_access(va, handles, mapped); });
+}
+
+void accounting_backend::do_map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) {
+  booked_mapping_calls([&] { inner().map_runs_with_access(maps, done); });
 }
 
 device_addr accounting_backend::do_reserve(std::uint64_t bytes) {

@@ -62,6 +62,8 @@ class accounting_backend final : public backend_adaptor {
   void do_map_with_access(device_addr va, chunk_handle h) override;
   /// One map_run_with_access of the inner backend, booked at once as the calls it counted.
   void do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) override;
+  /// One map_runs_with_access of the inner backend, booked at once as the calls it counted.
+  void do_map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) override;
   /// Runs `fn`, then books and charges the mapping calls the inner backend counted meanwhile
   /// (also when `fn` throws).
   template <typename F>

@@ -17,6 +17,7 @@
 #include "core/model_presets.hpp"
 #include "core/operations.hpp"
 #include "core/pset.hpp"
+#include "sim/accounting_backend.hpp"
 
 using namespace vtensor;
 
@@ -133,6 +134,116 @@ TEST_CASE("map_run_with_access: a misaligned run is refused at its first chunk")
   CHECK(mapped == 0);
   CHECK(d.sim.counters().calls_of(vmm_call::map) == 1);
   CHECK(d.sim.live().mappings == 0);
+}
+
+namespace {
+
+// A job's runs mapped in one map_runs_with_access call and the same entries mapped by single
+// map_with_access calls must end alike: entries done, counts, charges, error text, mappings.
+struct job_outcome {
+  std::size_t done = 0;
+  std::string error;
+  vmm_counters counters;
+  std::uint64_t mappings = 0;
+};
+
+enum class stack { sim, accounting, fault };
+
+std::unique_ptr<vmm_backend> make_stack(stack s) {
+  auto sim = std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::h200());
+  if (s == stack::accounting) return std::make_unique<sim::accounting_backend>(std::move(sim), latency_model::h200());
+  if (s == stack::fault) {
+    auto f = std::make_unique<fault_injection_backend>(std::move(sim), 1);
+    f->fail_nth(vmm_call::set_access, 6);  // the sixth chunk's access fails: its map is undone
+    return f;
+  }
+  return sim;
+}
+
+// Two ranges of 8 chunks and 6 chunks, apart; the job maps runs in each, out of address order, and
+// `spoil` breaks it (or not) before it runs.
+template <typename Spoil>
+job_outcome run_job(stack s, bool single, Spoil&& spoil) {
+  auto b = make_stack(s);
+  const device_addr a = b->reserve(8 * k_chunk_bytes);
+  const device_addr gap = b->reserve(2 * k_chunk_bytes);
+  const device_addr c = b->reserve(6 * k_chunk_bytes);
+  b->free_range(gap);  // so that nothing is reserved right after either range
+  std::vector<chunk_handle> h;
+  for (int i = 0; i < 9; ++i) h.push_back(*b->create_chunk());
+  std::vector<mapping_entry> job = {
+      {a + 1 * k_chunk_bytes, h[0]}, {a + 2 * k_chunk_bytes, h[1]}, {a + 3 * k_chunk_bytes, h[2]},
+      {c + 4 * k_chunk_bytes, h[3]}, {c + 5 * k_chunk_bytes, h[4]},  // the second range's end
+      {a + 6 * k_chunk_bytes, h[5]}, {a + 7 * k_chunk_bytes, h[6]},  // back in the first range
+      {c + 0 * k_chunk_bytes, h[7]}, {c + 1 * k_chunk_bytes, h[8]},
+  };
+  spoil(*b, job, h);
+  job_outcome out;
+  try {
+    if (single) {
+      for (; out.done < job.size(); ++out.done) b->map_with_access(job[out.done].va, job[out.done].handle);
+    } else {
+      b->map_runs_with_access(job, out.done);
+    }
+  } catch (const vmm_error& e) {
+    out.error = e.what();
+  }
+  out.counters = b->counters();
+  out.mappings = b->live().mappings;
+  return out;
+}
+
+template <typename Spoil>
+void check_job_like_single_calls(stack s, Spoil&& spoil, std::size_t expect_done, bool expect_error) {
+  const job_outcome single = run_job(s, true, spoil);
+  const job_outcome runs = run_job(s, false, spoil);
+  CHECK(single.done == expect_done);
+  CHECK(runs.done == single.done);
+  CHECK(!single.error.empty() == expect_error);
+  CHECK(runs.error == single.error);
+  CHECK(runs.counters.calls == single.counters.calls);
+  CHECK(runs.counters.time_ns == single.counters.time_ns);
+  CHECK(runs.mappings == single.mappings);
+}
+
+}  // namespace
+
+TEST_CASE("map_runs_with_access: a job's runs end as single calls would, on the sim, through accounting and faults") {
+  const auto nothing = [](vmm_backend&, std::vector<mapping_entry>&, std::vector<chunk_handle>&) {};
+  for (const stack s : {stack::sim, stack::accounting}) {
+    CAPTURE(static_cast<int>(s));
+    SUBCASE("every run maps") { check_job_like_single_calls(s, nothing, 9, false); }
+    SUBCASE("a span of the third run is taken") {
+      check_job_like_single_calls(
+          s,
+          [](vmm_backend& b, std::vector<mapping_entry>& job, std::vector<chunk_handle>&) {
+            b.map(job[6].va, *b.create_chunk());
+          },
+          6, true);
+    }
+    SUBCASE("a released chunk in the second run") {
+      check_job_like_single_calls(
+          s, [](vmm_backend& b, std::vector<mapping_entry>&, std::vector<chunk_handle>& h) { b.release_chunk(h[4]); },
+          4, true);
+    }
+    SUBCASE("a run past its range's end") {
+      check_job_like_single_calls(
+          s,
+          [](vmm_backend&, std::vector<mapping_entry>& job, std::vector<chunk_handle>& h) {
+            // After the second range's last chunk, in the same run (a chunk may be mapped twice).
+            job.insert(job.begin() + 5, mapping_entry{job[4].va + k_chunk_bytes, h[0]});
+          },
+          5, true);
+    }
+    SUBCASE("a misaligned entry") {
+      check_job_like_single_calls(
+          s, [](vmm_backend&, std::vector<mapping_entry>& job, std::vector<chunk_handle>&) { job[5].va += 4096; }, 5,
+          true);
+    }
+  }
+  SUBCASE("an adaptor without a job hook: its run hook per run, the fault at the same chunk") {
+    check_job_like_single_calls(stack::fault, nothing, 5, true);
+  }
 }
 
 TEST_CASE("pset: a run taken from the free pool comes in single-take order, and a reversal is a take and give-back") {
