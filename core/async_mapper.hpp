@@ -144,6 +144,8 @@ class async_mapper {
   void run_job(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
                std::uint64_t& charged);
   void unmap_skipping_failed(const unmap_entry& u, std::uint64_t& charged);
+  /// Every run of a job's unmaps: skipping failed mappings (Note [Unmaps of an inline job]).
+  void unmap_runs(const std::vector<unmap_entry>& unmaps, std::uint64_t& charged);
   template <class F>
   void locked_call(std::uint64_t& charged, F&& f);
 

@@ -306,6 +306,50 @@ TEST_CASE("async_mapper inline: a job runs in submit, as the worker's, and a fai
   CHECK_FALSE(async_mapper::on_worker());
 }
 
+TEST_CASE("async_mapper inline: a release's unmaps skip the spans whose map failed, and count the chunks unmapped") {
+  sim_backend sim(sim_backend::k_unlimited, latency_model::h200());
+  std::mutex backend_mutex;
+  const device_addr a = sim.reserve(4 * k_chunk_bytes);
+  const device_addr b = sim.reserve(2 * k_chunk_bytes);
+  std::vector<chunk_handle> h;
+  for (int i = 0; i < 4; ++i) h.push_back(*sim.create_chunk());
+  async_mapper mapper(sim, backend_mutex, /*inline_jobs=*/true);
+  mapping_job maps;  // four chunks in range a
+  for (std::size_t i = 0; i < 4; ++i) maps.maps.push_back({a + i * k_chunk_bytes, h[i]});
+  mapper.wait(mapper.submit(std::move(maps)), true);
+  sim.unmap(a + 2 * k_chunk_bytes, k_chunk_bytes);  // so that a map there can be made to fail
+  sim.map(a + 2 * k_chunk_bytes, h[0]);
+  mapping_job failing;  // a second request's page at a + 2, taken: it fails and waits for a retry
+  failing.maps.push_back({b, h[1]});
+  failing.maps.push_back({a + 2 * k_chunk_bytes, h[2]});
+  mapper.wait(mapper.submit(std::move(failing)), true);
+  REQUIRE(mapper.unmapped_failed() == 2);           // the job's spans, b's undone
+  sim.unmap(a + 2 * k_chunk_bytes, k_chunk_bytes);  // the taken span is free again: never mapped by the job
+  SUBCASE("with a failed map, the run skips its span") {
+    mapping_job release;
+    release.unmaps.push_back({a, 4 * k_chunk_bytes});  // span a + 2 was never mapped by the job
+    const std::uint64_t before = mapper.counters().unmapped_chunks;
+    mapper.wait(mapper.submit(std::move(release)), true);
+    CHECK(mapper.counters().unmapped_chunks - before == 3);
+    CHECK(mapper.unmapped_failed() == 1);  // b's is left
+    CHECK(sim.live().mappings == 0);
+  }
+  SUBCASE("with none failed, every run is unmapped whole and counted once") {
+    (void)mapper.take_failed();  // given up: b's mapping was undone
+    sim.map(a + 2 * k_chunk_bytes, h[2]);
+    mapping_job release;
+    release.unmaps.push_back({a, 2 * k_chunk_bytes});
+    release.unmaps.push_back({a + 2 * k_chunk_bytes, 2 * k_chunk_bytes});
+    const std::uint64_t before = mapper.counters().unmapped_chunks;
+    const std::uint64_t unmaps = sim.counters().calls_of(vmm_call::unmap);
+    mapper.wait(mapper.submit(std::move(release)), true);
+    CHECK(mapper.counters().unmapped_chunks - before == 4);
+    CHECK(sim.counters().calls_of(vmm_call::unmap) - unmaps == 2);
+    CHECK(sim.live().mappings == 0);
+  }
+  sim.check_invariants();
+}
+
 TEST_CASE("operations: a run that cannot be allocated leaves the pool as taking and giving back every chunk would") {
   sim_backend sim(4 * k_chunk_bytes, latency_model::h200());
   const kv_geometry geometry(*model_preset("llama-3-8b"), kv_layout::kv_fused);
