@@ -28,6 +28,7 @@
 /// Threads: a backend is not thread-safe; the manager serialises calls.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -125,8 +126,16 @@ class vmm_backend {
 
   /// Registry name of this backend ("sim", "cuda", or an adaptor's "counting(sim)").
   [[nodiscard]] std::string name() const { return do_name(); }
-  /// Mapping granularity in bytes (2 MiB).
-  [[nodiscard]] std::uint64_t granularity_bytes() const { return do_granularity_bytes(); }
+  /// Mapping granularity in bytes (2 MiB). Asked of the backend once: every call checks its
+  /// alignment with it, and through an adaptor the question was two virtual calls a VMM call.
+  [[nodiscard]] std::uint64_t granularity_bytes() const {
+    std::uint64_t g = granularity_.load(std::memory_order_relaxed);
+    if (g == 0) [[unlikely]] {
+      g = do_granularity_bytes();
+      granularity_.store(g, std::memory_order_relaxed);
+    }
+    return g;
+  }
   /// Bytes of one chunk (== granularity on every supported device).
   [[nodiscard]] std::uint64_t chunk_bytes() const { return k_chunk_bytes; }
   /// Physical capacity in bytes; create_chunk fails past it.
@@ -179,6 +188,7 @@ class vmm_backend {
   void check_aligned(vmm_call call, device_addr va, std::uint64_t bytes) const;
 
   [[nodiscard]] virtual std::string do_name() const = 0;
+  /// Constant for the backend's life: granularity_bytes() asks it once.
   [[nodiscard]] virtual std::uint64_t do_granularity_bytes() const { return k_chunk_bytes; }
   [[nodiscard]] virtual std::uint64_t do_capacity_bytes() const = 0;
   [[nodiscard]] virtual device_addr do_reserve(std::uint64_t bytes) = 0;
@@ -204,6 +214,7 @@ class vmm_backend {
   [[nodiscard]] virtual vmm_live do_live() const = 0;
 
   vmm_counters counters_;
+  mutable std::atomic<std::uint64_t> granularity_{0};  ///< do_granularity_bytes(), once asked (0: not yet)
 };
 
 }  // namespace vtensor

@@ -189,6 +189,8 @@ class vattention_policy final : public kv_policy {
   [[nodiscard]] std::uint64_t rows_for(std::uint64_t tokens) const;
   [[nodiscard]] std::uint64_t lookahead_target(std::uint64_t tokens) const;
   [[nodiscard]] device_addr page_addr(const slot& s, std::uint32_t buffer, std::uint64_t row) const;
+  /// Maps row s.rows with the free list's last buffers_ chunks (Note [A row from the free list in one call]).
+  void map_row_from_free(slot& s);
   [[nodiscard]] std::uint64_t row_bytes() const;
   [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
   [[nodiscard]] sim_ns step_model_ns() const;  // step-side model time, worker jobs' calls excluded
@@ -233,6 +235,7 @@ class vattention_policy final : public kv_policy {
   std::set<std::uint32_t> idle_with_rows_;                          // indices of idle slots with rows > 0
   std::set<std::uint32_t> live_excess_;  // indices of live slots with rows beyond their tokens
   std::vector<chunk_handle> free_;       // chunks created and unmapped (the page pool)
+  std::vector<mapping_entry> row_maps_;  // map_row_from_free's calls, kept between rows
   std::optional<sim_ns> spawn_;          // when the queued jobs were spawned (set by advance_to)
   std::vector<std::uint32_t> pending_;   // slots queued for a lookahead job, in order
 

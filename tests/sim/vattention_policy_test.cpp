@@ -257,6 +257,45 @@ TEST_SUITE("vattention_policy") {
     check_stats(*p);
   }
 
+  TEST_CASE("vattention policy: a row from the free list whose map fails ends as chunk by chunk, the list as it was") {
+    for (const vmm_call failing : {vmm_call::map, vmm_call::set_access}) {
+      CAPTURE(static_cast<int>(failing));
+      sim_backend device(4 * 64 * k_chunk_bytes, latency_model::h200());  // a budget of four rows
+      auto faulty = std::make_unique<fault_injection_backend>(std::make_unique<borrowed_backend>(device), 1);
+      fault_injection_backend& f = *faulty;
+      vattention_policy p(llama(0), std::move(faulty), latency_model::h200());
+      // As in the reclamation test: slot 0 idle with 2 rows, request 2 in slot 1 grown to 3 rows
+      // by reclaiming them, which leaves one row of chunks in the free list.
+      REQUIRE(p.admit({request_id{1}, {}, 2000, 2100}).admitted);
+      REQUIRE(p.admit({request_id{2}, {}, 1000, 4000}).admitted);
+      p.release(request_id{1}, release_reason::finished);
+      REQUIRE(p.grow(request_id{2}, 1024));
+      REQUIRE(p.grow(request_id{2}, 1024));
+      REQUIRE(p.stats().breakdown.free == k_row);
+      const vmm_counters before = f.counters();
+      const vmm_live held = device.live();
+      f.fail_nth(failing, before.calls_of(failing) + 10);  // the row's tenth chunk
+      CHECK_THROWS_AS(p.admit({request_id{3}, {}, 1000, 1100}), vmm_error);
+      const vmm_counters after = f.counters();
+      // Chunk by chunk: ten maps (the tenth failed, or mapped and had its access fail and be
+      // undone), nine set-accesses (ten when the tenth's failed), and the nine mapped undone.
+      const bool access = failing == vmm_call::set_access;
+      CHECK(after.calls_of(vmm_call::map) - before.calls_of(vmm_call::map) == 10);
+      CHECK(after.calls_of(vmm_call::set_access) - before.calls_of(vmm_call::set_access) == (access ? 10 : 9));
+      CHECK(after.calls_of(vmm_call::unmap) - before.calls_of(vmm_call::unmap) == (access ? 10 : 9));
+      CHECK(after.calls_of(vmm_call::create) == before.calls_of(vmm_call::create));
+      CHECK(device.live().mappings == held.mappings);
+      CHECK(p.stats().breakdown.free == k_row);  // every chunk of the row is back in the free list
+      check_stats(p);
+      // The row maps on a second try, from the same list.
+      REQUIRE(p.admit({request_id{3}, {}, 1000, 1100}).admitted);
+      CHECK(p.stats().breakdown.free == 0);
+      CHECK(device.live().mappings == held.mappings + 64);
+      check_stats(p);
+      device.check_invariants();
+    }
+  }
+
   TEST_CASE("vattention policy: with no idle pages left, live slots are trimmed to their tokens") {
     auto p = on_device(llama(0), 4 * 64);
     REQUIRE(p->admit({request_id{1}, {}, 3000, 3100}).admitted);  // slot 0: 3 rows
