@@ -8,6 +8,11 @@
 //   BM_worker_job/thread        a job of n maps handed to the worker thread, waited for, unmapped
 //   BM_worker_job/inline        the same job run inline (Note [Inline worker] in core/async_mapper.hpp)
 // n (the argument) is the run: 32 chunks is one page of Llama-3-8B kv-fused, 800 a 25-page prompt.
+//   BM_map_job/per_run          a mapping job of 32 runs of r chunks (one per tensor, as the pool
+//                               maps r pages of Llama-3-8B) through accounting(sim), the replay's
+//                               stack: map_run_with_access per run (before session 16)
+//   BM_map_job/job              the same job in one map_runs_with_access call (Note [Runs of maps])
+// r = 1 is a decode step's page, 6 about a Mooncake admission's mean run.
 
 #include <benchmark/benchmark.h>
 
@@ -20,6 +25,7 @@
 #include "core/async_mapper.hpp"
 #include "core/eviction_policy.hpp"
 #include "core/operations.hpp"
+#include "sim/accounting_backend.hpp"
 
 using namespace vtensor;
 using namespace vtensor::bench;
@@ -101,5 +107,35 @@ void BM_worker_job(benchmark::State& state, bool inline_jobs) {
 }
 BENCHMARK_CAPTURE(BM_worker_job, thread, false)->ArgName("n")->Arg(32)->Arg(800)->UseRealTime();
 BENCHMARK_CAPTURE(BM_worker_job, inline, true)->ArgName("n")->Arg(32)->Arg(800)->UseRealTime();
+
+void BM_map_job(benchmark::State& state, bool job) {
+  constexpr std::size_t k_tensors = 32;
+  const auto r = static_cast<std::size_t>(state.range(0));
+  sim::accounting_backend b(std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::zero()),
+                            latency_model::zero());
+  const std::uint64_t span = 64 * k_chunk_bytes;  // a tensor's span of the request's range
+  const device_addr base = b.reserve(k_tensors * span);
+  std::vector<mapping_entry> maps;
+  for (std::size_t t = 0; t < k_tensors; ++t) {
+    for (std::size_t i = 0; i < r; ++i) maps.push_back({base + t * span + i * k_chunk_bytes, *b.create_chunk()});
+  }
+  std::vector<chunk_handle> handles(r);
+  for (auto _ : state) {
+    if (job) {
+      std::size_t done = 0;
+      b.map_runs_with_access(maps, done);
+    } else {
+      for (std::size_t t = 0; t < k_tensors; ++t) {
+        for (std::size_t i = 0; i < r; ++i) handles[i] = maps[t * r + i].handle;
+        std::size_t mapped = 0;
+        b.map_run_with_access(maps[t * r].va, handles, mapped);
+      }
+    }
+    for (std::size_t t = 0; t < k_tensors; ++t) b.unmap(base + t * span, r * k_chunk_bytes);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * k_tensors * r));
+}
+BENCHMARK_CAPTURE(BM_map_job, per_run, false)->ArgName("r")->Arg(1)->Arg(6);
+BENCHMARK_CAPTURE(BM_map_job, job, true)->ArgName("r")->Arg(1)->Arg(6);
 
 }  // namespace
