@@ -8,10 +8,6 @@ namespace {
 
 constexpr std::uint64_t k_slot_mask = 0xffff'ffff;
 
-// A handle carries its slot (Note [Simulated chunk handles]): the address space's chunk table is
-// indexed by it.
-std::uint32_t slot_of(chunk_handle h) { return address_space::slot_in(h); }
-
 std::string span_text(device_addr va, std::uint64_t bytes) { return fmt::format("[{:#x}, {:#x})", va, va + bytes); }
 
 }  // namespace
@@ -123,7 +119,7 @@ std::optional<chunk_handle> sim_backend::do_create_chunk() {
 void sim_backend::do_release_chunk(chunk_handle h) {
   space_.check_release(h);
   space_.remove_chunk(h);
-  const std::uint32_t slot = slot_of(h);
+  const std::uint32_t slot = address_space::slot_in(h);  // Note [Simulated chunk handles]
   ++generations_[slot];
   free_slots_.push_back(slot);
   charge(vmm_call::release, cost(vmm_call::release));
@@ -147,29 +143,33 @@ void sim_backend::do_map_with_access(device_addr va, chunk_handle h) {
   charge(vmm_call::set_access, cost(vmm_call::set_access));
 }
 
+namespace {
+
+// Charges the chunks a run or a job mapped with access from `first` to `done`, also when one
+// fails (its check charges nothing).
+template <typename Charge>
+struct maps_charge {
+  Charge charge;
+  const std::size_t& done;
+  std::size_t first;
+  ~maps_charge() { charge(done - first); }
+};
+
+}  // namespace
+
 void sim_backend::do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
-  struct charge_guard {  // the chunks done are charged also when one fails (its check charges nothing)
-    sim_backend& self;
-    const std::size_t& mapped;
-    ~charge_guard() {
-      self.charge(vmm_call::map, self.cost(vmm_call::map) * mapped);
-      self.charge(vmm_call::set_access, self.cost(vmm_call::set_access) * mapped);
-    }
-  } guard{*this, mapped};
+  const maps_charge guard{[this](std::size_t n) { charge_maps(n); }, mapped, mapped};
   space_.map_run_with_access(va, handles, mapped);
 }
 
 void sim_backend::do_map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) {
-  struct charge_guard {  // as do_map_run_with_access's, for the job's entries done
-    sim_backend& self;
-    const std::size_t& done;
-    std::size_t first;
-    ~charge_guard() {
-      self.charge(vmm_call::map, self.cost(vmm_call::map) * (done - first));
-      self.charge(vmm_call::set_access, self.cost(vmm_call::set_access) * (done - first));
-    }
-  } guard{*this, done, done};
+  const maps_charge guard{[this](std::size_t n) { charge_maps(n); }, done, done};
   space_.map_runs_with_access(maps, done);
+}
+
+void sim_backend::charge_maps(std::size_t n) {
+  charge(vmm_call::map, cost(vmm_call::map) * n);
+  charge(vmm_call::set_access, cost(vmm_call::set_access) * n);
 }
 
 void sim_backend::do_set_access(device_addr va, std::uint64_t bytes) {

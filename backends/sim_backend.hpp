@@ -91,6 +91,8 @@ class sim_backend final : public vmm_backend {
 
   /// The mean cost of one call of `call`.
   [[nodiscard]] std::uint64_t cost(vmm_call call) const { return cost_ns_[static_cast<std::size_t>(call)]; }
+  /// Charges `n` maps with access (a run's or a job's).
+  void charge_maps(std::size_t n);
   void add_free_block(device_addr base, std::uint64_t bytes);
   void remove_free_block(std::map<device_addr, std::uint64_t>::iterator it);
 

@@ -130,8 +130,8 @@ void vmm_backend::map_with_access(device_addr va, chunk_handle h) {
 // wraps, goes chunk by chunk through map_with_access, which raises the same error at the same
 // chunk. A mapping job's runs go down in one call, map_runs_with_access, so that the layers above
 // the device (the accounting adaptor's booking, the checks here) run once a job and not once a
-// run: a decode step's job is one run of a chunk or a few per tensor, and on the 1,000,000-request
-// gen-trace the layers cost more than the device's own work (results/README.md, "Session 16").
+// run: a decode step's job is one run of a chunk or a few per tensor, and on a gen-trace replay
+// the layers cost more than the device's own work (results/README.md, "Session 16").
 // The simulated device maps the job's runs in one loop; every other backend and adaptor gets the
 // default, its run hook once per run, as before.
 void vmm_backend::map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
@@ -148,20 +148,23 @@ void vmm_backend::map_run_with_access(device_addr va, std::span<const chunk_hand
   try {
     do_map_run_with_access(va, handles, mapped);
   } catch (const vmm_error& e) {
-    count(vmm_call::map, mapped + 1);
-    count(vmm_call::set_access, mapped);
-    if (e.call() == vmm_call::set_access) {
-      count(vmm_call::set_access);
-      count(vmm_call::unmap);
-    }
+    count_stopped_maps(mapped, e.call() == vmm_call::set_access);
     throw;
   } catch (...) {
-    count(vmm_call::map, mapped + 1);
-    count(vmm_call::set_access, mapped);
+    count_stopped_maps(mapped, false);
     throw;
   }
   count(vmm_call::map, handles.size());
   count(vmm_call::set_access, handles.size());
+}
+
+void vmm_backend::count_stopped_maps(std::size_t done, bool access_failed) {
+  count(vmm_call::map, done + 1);
+  count(vmm_call::set_access, done);
+  if (access_failed) {
+    count(vmm_call::set_access);
+    count(vmm_call::unmap);
+  }
 }
 
 void vmm_backend::do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
@@ -222,16 +225,10 @@ void vmm_backend::map_runs_with_access(std::span<const mapping_entry> maps, std:
   try {
     do_map_runs_with_access(maps, done);
   } catch (const vmm_error& e) {
-    count(vmm_call::map, done - first + 1);
-    count(vmm_call::set_access, done - first);
-    if (e.call() == vmm_call::set_access) {
-      count(vmm_call::set_access);
-      count(vmm_call::unmap);
-    }
+    count_stopped_maps(done - first, e.call() == vmm_call::set_access);
     throw;
   } catch (...) {
-    count(vmm_call::map, done - first + 1);
-    count(vmm_call::set_access, done - first);
+    count_stopped_maps(done - first, false);
     throw;
   }
   count(vmm_call::map, maps.size() - first);

@@ -186,6 +186,9 @@ class vmm_backend {
  private:
   void count(vmm_call call, std::uint64_t calls = 1) { counters_.calls[static_cast<std::size_t>(call)] += calls; }
   void check_aligned(vmm_call call, device_addr va, std::uint64_t bytes) const;
+  /// Counts a run or job of maps with access that stopped after `done` chunks: theirs, the failing
+  /// chunk's map and, when its access failed, its set-access and the unmap that undid it.
+  void count_stopped_maps(std::size_t done, bool access_failed);
 
   [[nodiscard]] virtual std::string do_name() const = 0;
   /// Constant for the backend's life: granularity_bytes() asks it once.

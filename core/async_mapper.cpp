@@ -197,10 +197,10 @@ void async_mapper::unmap_skipping_failed(const unmap_entry& u, std::uint64_t& ch
 // Note [Unmaps of an inline job]
 // A release's job unmaps one run per tensor (32 for Llama-3-8B), and each run took the mapper's
 // lock twice (the failed mappings it must skip, then the count of chunks unmapped) and a vector
-// of runs: on the 1,000,000-request gen-trace, a lock and a malloc per unmap were 4% of a
-// replay's instructions. An inline job runs alone (the step thread runs it, holding the backend
-// lock), so when no mapping has failed it takes the lock once to see that, unmaps every run
-// whole, and counts them once; a failed mapping sends every run the way of the worker's jobs.
+// of runs: on a 5,000-request gen-trace replay the locks and vectors were 4% of the
+// instructions (results/README.md, "Session 16"). An inline job runs alone (the step thread runs it, holding the
+// backend lock), so when no mapping has failed it takes the lock once to see that, unmaps every run whole, and counts
+// them once; a failed mapping sends every run the way of the worker's jobs.
 void async_mapper::unmap_runs(const std::vector<unmap_entry>& unmaps, std::uint64_t& charged) {
   if (unmaps.empty()) return;
   bool any_failed = true;

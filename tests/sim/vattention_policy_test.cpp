@@ -275,7 +275,7 @@ TEST_SUITE("vattention_policy") {
       const vmm_counters before = f.counters();
       const vmm_live held = device.live();
       f.fail_nth(failing, before.calls_of(failing) + 10);  // the row's tenth chunk
-      CHECK_THROWS_AS(p.admit({request_id{3}, {}, 1000, 1100}), vmm_error);
+      CHECK_THROWS_AS((void)p.admit({request_id{3}, {}, 1000, 1100}), vmm_error);
       const vmm_counters after = f.counters();
       // Chunk by chunk: ten maps (the tenth failed, or mapped and had its access fail and be
       // undone), nine set-accesses (ten when the tenth's failed), and the nine mapped undone.
