@@ -143,27 +143,13 @@ void sim_backend::do_map_with_access(device_addr va, chunk_handle h) {
   charge(vmm_call::set_access, cost(vmm_call::set_access));
 }
 
-namespace {
-
-// Charges the chunks a run or a job mapped with access from `first` to `done`, also when one
-// fails (its check charges nothing).
-template <typename Charge>
-struct maps_charge {
-  Charge charge;
-  const std::size_t& done;
-  std::size_t first;
-  ~maps_charge() { charge(done - first); }
-};
-
-}  // namespace
-
 void sim_backend::do_map_run_with_access(device_addr va, std::span<const chunk_handle> handles, std::size_t& mapped) {
-  const maps_charge guard{[this](std::size_t n) { charge_maps(n); }, mapped, mapped};
+  const maps_charge guard{*this, mapped, mapped};
   space_.map_run_with_access(va, handles, mapped);
 }
 
 void sim_backend::do_map_runs_with_access(std::span<const mapping_entry> maps, std::size_t& done) {
-  const maps_charge guard{[this](std::size_t n) { charge_maps(n); }, done, done};
+  const maps_charge guard{*this, done, done};
   space_.map_runs_with_access(maps, done);
 }
 

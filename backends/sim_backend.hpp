@@ -93,6 +93,14 @@ class sim_backend final : public vmm_backend {
   [[nodiscard]] std::uint64_t cost(vmm_call call) const { return cost_ns_[static_cast<std::size_t>(call)]; }
   /// Charges `n` maps with access (a run's or a job's).
   void charge_maps(std::size_t n);
+  /// Charges the chunks a run or a job mapped with access, from `first` to `done`, also when one
+  /// fails (its check charges nothing).
+  struct maps_charge {
+    sim_backend& self;
+    const std::size_t& done;
+    std::size_t first;
+    ~maps_charge() { self.charge_maps(done - first); }
+  };
   void add_free_block(device_addr base, std::uint64_t bytes);
   void remove_free_block(std::map<device_addr, std::uint64_t>::iterator it);
 
