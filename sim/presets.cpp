@@ -64,21 +64,23 @@ model_compute model_compute_preset(std::string_view name, std::uint32_t tp) {
   return m;
 }
 
+roofline_sides attention_roofline(const model_compute& model, const gpu_preset& gpu, const attention_work& a) {
+  const double tp = model.tp;
+  const double kv_per_token = static_cast<double>(model.kv_bytes_per_token_per_gpu());
+  roofline_sides r;
+  r.compute_s = 4.0 * model.layers * model.hidden * static_cast<double>(a.attended_pairs) / tp / gpu.flop_rate;
+  r.memory_s = kv_per_token * static_cast<double>(a.kv_read_tokens + a.kv_write_tokens) / gpu.bandwidth;
+  return r;
+}
+
 step_cost roofline(const model_compute& model, const gpu_preset& gpu, const step_work& work, double overhead_s,
                    attention_factors factors) {
   const double tp = model.tp;
-  const double kv_per_token = static_cast<double>(model.kv_bytes_per_token_per_gpu());
-  const auto attention = [&](const attention_work& a) {
-    roofline_sides r;
-    r.compute_s = 4.0 * model.layers * model.hidden * static_cast<double>(a.attended_pairs) / tp / gpu.flop_rate;
-    r.memory_s = kv_per_token * static_cast<double>(a.kv_read_tokens + a.kv_write_tokens) / gpu.bandwidth;
-    return r;
-  };
   step_cost c;
   c.linear.compute_s = 2.0 * model.params * static_cast<double>(work.computed_tokens) / tp / gpu.flop_rate;
   c.linear.memory_s = static_cast<double>(model.weight_bytes_per_gpu()) / gpu.bandwidth;
-  c.prefill_attention = attention(work.prefill);
-  c.decode_attention = attention(work.decode);
+  c.prefill_attention = attention_roofline(model, gpu, work.prefill);
+  c.decode_attention = attention_roofline(model, gpu, work.decode);
   c.factors = factors;
   c.overhead_s = overhead_s;
   return c;

@@ -138,6 +138,11 @@ struct step_cost {
 [[nodiscard]] step_cost roofline(const model_compute& model, const gpu_preset& gpu, const step_work& work,
                                  double overhead_s, attention_factors factors = {});
 
+/// One attention kernel's part of roofline(): what a decode stretch reprices each step, the
+/// linear and prefill parts being the step before's (Note [Steps run in a stretch]).
+[[nodiscard]] roofline_sides attention_roofline(const model_compute& model, const gpu_preset& gpu,
+                                                const attention_work& a);
+
 /// Default fixed per-step overhead, seconds (Note [Roofline step cost]).
 inline constexpr double k_default_step_overhead_s = 1e-3;
 

@@ -254,8 +254,11 @@ void replica::start_step() {
 // Prices the batch just built (rec holds its admissions and VMM time), tells the observers and
 // schedules the step's end, after the steps of a stretch if one follows.
 void replica::run_step(step_record& rec) {
-  price_step(rec, queue_.now(), batch_work());
-  const time_us end = run_stretch(rec.start + rec.duration_us);
+  const step_work work = batch_work();
+  const step_cost cost = cost_of(work);
+  const batch_counts counts = count_batch();
+  price_step(rec, queue_.now(), cost, counts);
+  const time_us end = run_stretch(rec.start + rec.duration_us, work, cost, counts);
   queue_.schedule_at(end, [this] { end_step(); });
 }
 
@@ -265,20 +268,30 @@ step_work replica::batch_work() const {
   return work;
 }
 
-void replica::price_step(step_record& rec, time_us at, const step_work& work, bool calls_moved) {
+replica::batch_counts replica::count_batch() const {
+  batch_counts c;
   for (const batch_entry& e : batch_) {
     if (e.decode) {
-      ++rec.decode_seqs;
+      ++c.decode_seqs;
     } else {
-      ++rec.prefill_seqs;
-      rec.prefill_tokens += e.tokens;
+      ++c.prefill_seqs;
+      c.prefill_tokens += e.tokens;
     }
   }
-  last_work_ = work;
-  const step_cost cost =
-      config_.compute
-          ? measured_step_cost(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors, *config_.compute)
-          : roofline(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors);
+  return c;
+}
+
+step_cost replica::cost_of(const step_work& work) const {
+  return config_.compute
+             ? measured_step_cost(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors, *config_.compute)
+             : roofline(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors);
+}
+
+void replica::price_step(step_record& rec, time_us at, const step_cost& cost, const batch_counts& counts,
+                         bool calls_moved) {
+  rec.decode_seqs = counts.decode_seqs;
+  rec.prefill_seqs = counts.prefill_seqs;
+  rec.prefill_tokens = counts.prefill_tokens;
   const auto duration =
       static_cast<time_us>(std::ceil(cost.total_s() * 1e6)) + std::chrono::ceil<sim_us>(rec.vmm_critical).count();
 
@@ -336,8 +349,11 @@ void replica::price_step(step_record& rec, time_us at, const step_work& work, bo
 // the queue's order); run_step() then schedules the last step's end, which end_step() runs as
 // usual. Every figure, step record and output is the same as without stretches (the identity
 // replays in results/README.md, "Session 13"); a replay counts each stretch step as the event it
-// replaces.
-time_us replica::run_stretch(time_us end) {
+// replaces. Two shortcuts give the same figures: the decoders' own token counts are written once,
+// after the last step of the stretch (nothing in it reads them), and a roofline step reprices
+// only its decode attention (the linear and prefill parts are the step before's: the same
+// operations on the same numbers).
+time_us replica::run_stretch(time_us end, step_work work, step_cost cost, const batch_counts& counts) {
   if (step_preempted_ != 0 || batch_.size() != running_.size() || batch_.size() != decode_ids_.size() ||
       (!waiting_.empty() && running_.size() < config_.max_running)) {
     return end;
@@ -353,14 +369,17 @@ time_us replica::run_stretch(time_us end) {
   const sim_ns vmm_before = policy_.vmm_time();
   const sim_ns critical_before = policy_.critical_vmm_time();
   const std::uint64_t decoders = batch_.size();
-  step_work work = last_work_;
+  // Only the decode attention changes from step to step: the linear and prefill parts of the
+  // roofline stay the step before's (the same figures from the same operations). The decoders'
+  // contexts and tokens grow here by one a step and are written once, after the last step
+  // (nothing in between reads them).
+  const bool reprice_decode_only = !config_.compute;
+  std::uint32_t steps = 0;
+  step_record rec;  // what price_step() leaves alone is the same in every step of a stretch
   for (std::uint64_t j = 1; j < to_first_finish && j <= rounds && queue_.next_at() > end; ++j) {
     // The end of step j - 1, as end_step() runs it when no request finishes.
     policy_.advance_to(sim_us{end});
-    for (const batch_entry& e : batch_) {
-      ++e.r->kv_tokens;
-      ++e.r->generated;
-    }
+    ++steps;
     counters_.output_tokens += decoders;
     close_step();
     if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();  // as start_step()
@@ -368,13 +387,21 @@ time_us replica::run_stretch(time_us end) {
     // Step j, as start_step() builds it: the same decoders, nothing to prefill or admit.
     pipelined_ = config_.pipeline;
     policy_.grow_round(decode_ids_);
-    step_record rec;
     rec.vmm_critical = pending_release_critical_;
     rec.vmm_total = pending_release_vmm_;
     work.decode.attended_pairs += decoders;
     work.decode.kv_read_tokens += decoders;
-    price_step(rec, end, work, false);
+    if (reprice_decode_only) {
+      cost.decode_attention = attention_roofline(model_, gpu_, work.decode);
+    } else {
+      cost = cost_of(work);
+    }
+    price_step(rec, end, cost, counts, false);
     end = rec.start + rec.duration_us;
+  }
+  for (const batch_entry& e : batch_) {
+    e.r->kv_tokens += steps;
+    e.r->generated += steps;
   }
   if (policy_.vmm_time() != vmm_before || policy_.critical_vmm_time() != critical_before ||
       policy_.vmm_calls() != last_step_calls_ || policy_.chunks_created() != last_chunks_created_) {

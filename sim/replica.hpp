@@ -241,12 +241,24 @@ class replica {
   };
 
   void start_step();
+  // The sequences of batch_ by kind, as a step record counts them.
+  struct batch_counts {
+    std::uint32_t decode_seqs = 0;
+    std::uint32_t prefill_seqs = 0;
+    std::uint64_t prefill_tokens = 0;
+  };
+
   void run_step(step_record& rec);
-  [[nodiscard]] step_work batch_work() const;  // the work of batch_
-  // Prices, counts and emits a step of `work` built at `at`; `calls_moved`: read the VMM calls
-  // and chunk creations since the previous step (false in a stretch, where none are made).
-  void price_step(step_record& rec, time_us at, const step_work& work, bool calls_moved = true);
-  time_us run_stretch(time_us end);  // Note [Steps run in a stretch]; returns the last end
+  [[nodiscard]] step_work batch_work() const;                    // the work of batch_
+  [[nodiscard]] batch_counts count_batch() const;                // and its sequences
+  [[nodiscard]] step_cost cost_of(const step_work& work) const;  // roofline, or the measured rates
+  // Prices, counts and emits a step of cost `cost` built at `at`; `calls_moved`: read the VMM
+  // calls and chunk creations since the previous step (false in a stretch, where none are made).
+  void price_step(step_record& rec, time_us at, const step_cost& cost, const batch_counts& counts,
+                  bool calls_moved = true);
+  // Note [Steps run in a stretch]; returns the last end. `work`, `cost` and `counts`: the step
+  // just priced.
+  time_us run_stretch(time_us end, step_work work, step_cost cost, const batch_counts& counts);
   void end_step();
   void admit_waiting(std::uint32_t& budget);
   bool decode_grow(std::size_t index);
@@ -277,7 +289,6 @@ class replica {
   std::array<std::uint64_t, k_vmm_call_kinds> last_step_calls_{};  // VMM calls when the previous step was built
   std::uint64_t last_chunks_created_ = 0;                          // chunks created by then
   std::uint32_t step_preempted_ = 0;
-  step_work last_work_;                                    // of the step priced last
   bool continuing_ = false;                                // start_step() called at the end of a step
   bool pipelined_ = false;                                 // this step's admissions are pipelined
   time_us last_step_start_ = 0;                            // when the previous step began

@@ -322,17 +322,23 @@ TEST_CASE("replica: decode stretches change no step, request, sample or figure")
     std::uint64_t memory;
     bool pipeline;
     std::uint32_t lookahead;
+    bool measured = false;  // the bundled H200 compute calibration prices the steps, not the roofline
   };
   for (const setting& st : {setting{"pipeline, lookahead 1", k_unlimited, true, 1},
                             setting{"no pipeline, no lookahead", k_unlimited, false, 0},
                             setting{"pipeline, 1 GiB: preemptions", std::uint64_t{1} << 30, true, 1},
-                            setting{"no pipeline, 1 GiB, lookahead 2", std::uint64_t{1} << 30, false, 2}}) {
+                            setting{"no pipeline, 1 GiB, lookahead 2", std::uint64_t{1} << 30, false, 2},
+                            setting{"pipeline, measured step cost", k_unlimited, true, 1, true}}) {
     const std::string name = st.name;
     CAPTURE(name);
     auto cfg = llama_replay();
     cfg.replica.pipeline = st.pipeline;
     cfg.replica.measure_wall = false;
     cfg.replica.sample_interval_us = 20'000;
+    if (st.measured) {
+      cfg.replica.compute = std::make_shared<const compute_calibration>(
+          load_compute_calibration(VTENSOR_SOURCE_DIR "/backends/calibration/h200-compute.json"));
+    }
     auto o = llama_policy(st.memory, false);
     o.lookahead_pages = st.lookahead;
     recorder with, without;
