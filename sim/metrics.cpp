@@ -28,19 +28,22 @@ latency_summary summarize_latencies(std::vector<std::uint64_t>& values_us) {
 state_tracker::state_tracker(time_us interval, std::function<void(const replica_state&)> on_sample)
     : interval_(interval), on_sample_(std::move(on_sample)) {}
 
+void state_tracker::sample_until(time_us until) {
+  if (!have_last_ || until <= last_.at || interval_ == 0) return;
+  // Grid samples in [last_.at, until) see the last state.
+  while (next_sample_ < until) {
+    if (next_sample_ >= last_.at && on_sample_) {
+      replica_state s = last_;
+      s.at = next_sample_;
+      on_sample_(s);
+    }
+    next_sample_ += interval_;
+  }
+}
+
 void state_tracker::integrate(time_us until) {
   if (!have_last_ || until <= last_.at) return;
-  // Grid samples in [last_.at, until) see the last state.
-  if (interval_ > 0) {
-    while (next_sample_ < until) {
-      if (next_sample_ >= last_.at && on_sample_) {
-        replica_state s = last_;
-        s.at = next_sample_;
-        on_sample_(s);
-      }
-      next_sample_ += interval_;
-    }
-  }
+  sample_until(until);
   const auto dt = static_cast<double>(until - last_.at);
   total_us_ += dt;
   const memory_stats& m = last_.memory;

@@ -59,6 +59,9 @@ class state_tracker {
 
   /// Records `s` (s.at must not go backwards).
   void observe(const replica_state& s);
+  /// Emits the grid samples before `until` (the last observed state's) now, ahead of the
+  /// observe() that would emit them; integrates nothing.
+  void sample_until(time_us until);
   /// Emits the last grid samples up to `end` and stops.
   void close(time_us end);
 

@@ -333,8 +333,10 @@ void replica::price_step(step_record& rec, time_us at, const step_cost& cost, co
 //   token, the checks and the wall clock run as in end_step(). Its observe() is left out: it
 //   would record, at `end`, the state observed when step j - 1 was built (nothing changed since:
 //   no release, no arrival, and advance_to() changes no figure), and the observe() of step j, at
-//   the same instant, integrates that state over step j - 1 and emits its grid samples all the
-//   same (state_tracker: the previous state holds until the next observation);
+//   the same instant, integrates that state over step j - 1 all the same (state_tracker: the
+//   previous state holds until the next observation). The grid samples before `end` are emitted
+//   where that observe() would have emitted them (sample_until), before step j's record, so an
+//   observer of both (the Chrome trace) sees them in the same order;
 // - step j, built at `end`: the same decoders in the same order grow by one token (grow_round()),
 //   and price_step() prices, counts and emits it. What start_step() would read is known here:
 //   by the policy's promise grow_round() and advance_to() move no VMM time, call count or chunk
@@ -382,6 +384,7 @@ time_us replica::run_stretch(time_us end, step_work work, step_cost cost, const 
     ++steps;
     counters_.output_tokens += decoders;
     close_step();
+    tracker_.sample_until(end);  // the grid samples end_step()'s observe() emits, in its place
     if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();  // as start_step()
     ++counters_.stretch_steps;
     // Step j, as start_step() builds it: the same decoders, nothing to prefill or admit.
