@@ -1,11 +1,10 @@
-// A step's decode growth (Note [A step's decode growth in one call] in sim/kv_policy.hpp): n
-// running requests each grow by one token, through the vtensor policy over the simulated device
-// (every VMM call free, 256 GiB). Time is per request grown (items/s = growths/s):
+// A step's decode growth (Note [One decode protocol] in sim/kv_policy.hpp): n running requests
+// each grow by one token, through the vtensor policy over the simulated device (every VMM call
+// free, 256 GiB). Time is per request grown (items/s = growths/s):
 //   BM_decode_growth/loop        kv_policy::grow(id, 1) for each request (before issue 13's change)
-//   BM_decode_growth/grow_each   kv_policy::grow_each(ids): one call for the step
-//   BM_decode_growth/rounds      a replica's decode stretch (Note [Decode stretches]): one
-//                                in_place_rounds(ids), then grow_round(ids) per step while rounds
-//                                are left, grow_each(ids) for the step that crosses a page
+//   BM_decode_growth/decode      kv_policy::decode(ids): one decode round for the step
+//   BM_decode_growth/rounds      a replica's decode stretch: the round's lease advanced while it
+//                                has rounds in place, decode(ids) for the step that crosses a page
 // Most growths land inside a mapped page; one in 1,024 (kv-split) crosses into the next page and
 // maps it, as in a replay. After 4,096 tokens each the requests are released and admitted again,
 // outside the timing. n (the argument) is the batch: 64 and 256 running requests.
@@ -41,7 +40,7 @@ void admit_all(kv_policy& p, const std::vector<request_id>& ids) {
   }
 }
 
-enum class growth_mode { loop, grow_each, rounds };
+enum class growth_mode { loop, decode, rounds };
 
 void BM_decode_growth(benchmark::State& state, growth_mode mode) {
   const auto n = static_cast<std::size_t>(state.range(0));
@@ -50,28 +49,22 @@ void BM_decode_growth(benchmark::State& state, growth_mode mode) {
   for (std::size_t i = 0; i < n; ++i) ids.push_back(request_id{i + 1});
   admit_all(*p, ids);
   std::uint64_t grown = 0;
-  std::uint64_t rounds = 0;  // left from the last in_place_rounds()
+  decode_round lease;  // the last decode round: its lease serves the rounds in place after it
   for (auto _ : state) {
     if (grown == k_growth) {
       state.PauseTiming();
       for (const request_id id : ids) p->release(id, release_reason::finished);
       admit_all(*p, ids);
       grown = 0;
-      rounds = 0;
+      lease = decode_round{};
       state.ResumeTiming();
     }
-    if (mode == growth_mode::rounds) {
-      if (rounds == 0) rounds = p->in_place_rounds(ids);
-      if (rounds > 0) {
-        p->grow_round(ids);
-        --rounds;
-      } else if (p->grow_each(ids) != n) {
-        state.SkipWithError("grow_each fell short");
-        break;
-      }
-    } else if (mode == growth_mode::grow_each) {
-      if (p->grow_each(ids) != n) {
-        state.SkipWithError("grow_each fell short");
+    if (mode == growth_mode::rounds && lease.rounds_in_place() > 0) {
+      (void)lease.advance();
+    } else if (mode != growth_mode::loop) {
+      lease = p->decode(ids);
+      if (lease.grown() != n) {
+        state.SkipWithError("a decode round fell short");
         break;
       }
     } else {
@@ -87,7 +80,7 @@ void BM_decode_growth(benchmark::State& state, growth_mode mode) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
 }
 BENCHMARK_CAPTURE(BM_decode_growth, loop, growth_mode::loop)->ArgName("n")->Arg(64)->Arg(256);
-BENCHMARK_CAPTURE(BM_decode_growth, grow_each, growth_mode::grow_each)->ArgName("n")->Arg(64)->Arg(256);
+BENCHMARK_CAPTURE(BM_decode_growth, decode, growth_mode::decode)->ArgName("n")->Arg(64)->Arg(256);
 BENCHMARK_CAPTURE(BM_decode_growth, rounds, growth_mode::rounds)->ArgName("n")->Arg(64)->Arg(256);
 
 }  // namespace

@@ -29,7 +29,12 @@ manager::~manager() {
 // invariant that lasts is still found, at most a period late. Shutdown and explicit
 // check_invariants() calls always walk. The walk does not settle first: it must not change what
 // the worker does (Note [Checking with jobs in flight] in operations.cpp).
-void manager::after_op() const {
+void manager::after_op() {
+  ++generation_;
+  check_sampled();
+}
+
+void manager::check_sampled() const {
 #ifdef VTENSOR_EXPENSIVE_CHECKS
   constexpr std::uint64_t k_check_budget = 1024;  // 4,096 left the sanitizer replays at 25 min each
   const std::uint64_t size = scheduler_.ops().mappings().size() + scheduler_.ops().tree().node_count();
@@ -65,18 +70,22 @@ std::size_t manager::extend_in_place(std::span<const request_id> ids, std::uint6
   return n;
 }
 
-std::uint64_t manager::in_place_rounds(std::span<const request_id> ids) {
+round_lease manager::lease_rounds(std::span<const request_id> ids) {
   std::lock_guard lock(mutex_);
-  return scheduler_.in_place_rounds(ids, round_records_);
+  round_lease lease;
+  lease.generation_ = generation_;
+  lease.rounds_ = scheduler_.in_place_rounds(ids);
+  return lease;
 }
 
-memory_stats manager::grow_round(std::size_t count) {
+memory_stats manager::grow_round(round_lease& lease) {
   std::lock_guard lock(mutex_);
-  if (count != round_records_.size()) {
-    throw std::logic_error("manager::grow_round: not the requests of the last in_place_rounds()");
+  if (lease.generation_ != generation_ || lease.rounds_ == 0) {
+    throw std::logic_error("manager::grow_round: the lease has no round left, or an operation came since");
   }
-  scheduler_.grow_round(round_records_);
-  after_op();
+  --lease.rounds_;
+  scheduler_.grow_round();
+  check_sampled();
   return scheduler_.memory();
 }
 
@@ -90,7 +99,6 @@ create_result manager::fork(request_id parent, request_id child) {
 
 op_effects manager::finish(request_id id, std::span<const token_block> extra_blocks) {
   std::lock_guard lock(mutex_);
-  round_records_.clear();                                   // they may go
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.finish(id, extra_blocks);
   after_op();
@@ -99,7 +107,6 @@ op_effects manager::finish(request_id id, std::span<const token_block> extra_blo
 
 op_effects manager::preempt(request_id id) {
   std::lock_guard lock(mutex_);
-  round_records_.clear();                                   // they may go
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.preempt(id);
   after_op();
@@ -177,7 +184,6 @@ std::size_t manager::trim() {
 
 void manager::shutdown() {
   std::lock_guard lock(mutex_);
-  round_records_.clear();                                   // they may go
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   scheduler_.shutdown();
 }

@@ -53,6 +53,28 @@ struct manager_stats {
   [[nodiscard]] double prefix_hit_rate() const { return vtensor::prefix_hit_rate(prefix_hit_tokens, prompt_tokens); }
 };
 
+/// Note [Decode rounds of the manager]
+/// Between two events a replay's decode steps are alike: every running request grows by one
+/// token inside pages it holds (Note [One decode protocol] in sim/kv_policy.hpp). lease_rounds()
+/// asks the scheduler how many such rounds every one of the ids has room for, and the scheduler
+/// remembers their records; grow_round() takes one round without a lookup per request. The lease
+/// is opaque: it carries the manager's generation, which every operation that can change a
+/// request (create, extend, extend_in_place, fork, finish, preempt: each ends in after_op())
+/// advances, and grow_round() refuses a lease of another generation or with no round left. No
+/// record leaves the scheduler. settle(), trim() and shutdown() need no generation: settle only
+/// makes more pages ready (the rounds counted stay safe), trim touches no request, and the
+/// scheduler forgets its round when a remembered request ends.
+class [[nodiscard]] round_lease {
+ public:
+  /// Rounds left.
+  [[nodiscard]] std::uint64_t rounds() const { return rounds_; }
+
+ private:
+  friend class manager;
+  std::uint64_t generation_ = 0;  // the manager's generation when leased
+  std::uint64_t rounds_ = 0;      // rounds left
+};
+
 /// The manager. Does not own the backend, which must outlive it.
 class manager {
  public:
@@ -77,14 +99,13 @@ class manager {
   /// (scheduler::grow_in_place()), under one lock; returns how many grew. The first id not grown
   /// (if any) is untouched: call extend() for it.
   std::size_t extend_in_place(std::span<const request_id> ids, std::uint64_t tokens);
-  /// How many rounds of extend_in_place(ids, 1) would grow every one of `ids` (0 when one is not
-  /// live); remembers their records for grow_round() (Note [Decode stretches] in sim/kv_policy.hpp).
-  [[nodiscard]] std::uint64_t in_place_rounds(std::span<const request_id> ids);
-  /// One of those rounds: extend_in_place(ids, 1) for the ids of the last in_place_rounds(), with
-  /// rounds left and no other operation since, without looking them up. Returns memory() after
-  /// the round, read under the same lock (a replay reads it after every step). Throws
-  /// std::logic_error when `count` is not the number of those ids.
-  memory_stats grow_round(std::size_t count);
+  /// A lease on the rounds of extend_in_place(ids, 1) that would grow every one of `ids` in place
+  /// (none when one is not live): Note [Decode rounds of the manager].
+  [[nodiscard]] round_lease lease_rounds(std::span<const request_id> ids);
+  /// One round of `lease`: extend_in_place(ids, 1) for its ids, without looking them up. Returns
+  /// memory() after the round, read under the same lock (a replay reads it after every step).
+  /// Throws std::logic_error when the lease has no round left or another operation came since.
+  memory_stats grow_round(round_lease& lease);
   /// Forks live request `parent` into new request `child` sharing its whole pages.
   create_result fork(request_id parent, request_id child);
   /// Ends request `id`: its prefix is recorded for reuse, its memory returns to the pool.
@@ -124,12 +145,14 @@ class manager {
   void set_device_copy(device_copy_fn fn);
 
  private:
-  void after_op() const;
+  /// After an operation that can change a request: a new generation, and the sampled checks.
+  void after_op();
+  void check_sampled() const;
 
   kv_geometry geometry_;
   mutable std::mutex mutex_;
-  std::vector<vtensor_record*> round_records_;  // in_place_rounds() -> grow_round()
-  mutable std::uint64_t ops_since_check_ = 0;   // Note [Sampled expensive checks]
+  std::uint64_t generation_ = 0;               // Note [Decode rounds of the manager]
+  mutable std::uint64_t ops_since_check_ = 0;  // Note [Sampled expensive checks]
   scheduler scheduler_;
 };
 

@@ -456,11 +456,11 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
         fmt::format("request {}: extending to {} tokens exceeds its max of {}", id.value, total, r.max_tokens));
   }
   extend_result result;
-  const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(total));
-  if (needed <= r.ready_pages && needed <= geometry_.pages_for_tokens(r.tokens)) {
+  if (fits_in_place(r, total)) {
     grow(r, tokens);  // within its pages, all in place: nothing to map, wait for or top up
     return result;
   }
+  const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(total));
   const operation_counters before = ops_.counters();
   op_effects& fx = result.effects;
   if (config_.pipeline && needed > r.ready_pages) {  // its jobs first: the range may have been unmapped by one
@@ -483,44 +483,57 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
   return result;
 }
 
+// Note [Growth in place]
+// A request grows in place while its tokens stay within its max and within the pages its tokens
+// already use that are mapped and ready: nothing to map, wait for or top up, only counting. The
+// pages are min(ready_pages, pages_for_tokens(tokens)); `total` tokens fit them exactly when
+// their bytes per tensor do (a token's bytes may straddle two pages). Neither bound moves while a
+// request grows in place, so in_place_rounds() can count the growths ahead: the fewest tokens any
+// of the requests has left in place.
+std::uint64_t scheduler::in_place_bytes(const vtensor_record& r) const {
+  const std::uint64_t pages = std::min<std::uint64_t>(r.ready_pages, geometry_.pages_for_tokens(r.tokens));
+  return pages * geometry_.chunk_bytes();
+}
+
 bool scheduler::grow_in_place(request_id id, std::uint64_t tokens) {
   const auto it = live_.find(id);
   if (it == live_.end()) return false;
   vtensor_record& r = *it->second;
-  const std::uint64_t total = r.tokens + tokens;
-  if (total > r.max_tokens) return false;
-  // extend()'s in-place test, needed <= ready_pages && needed <= pages_for_tokens(r.tokens), as
-  // one product: needed pages hold `total` tokens exactly when total bytes fit in them.
-  const std::uint64_t pages = std::min<std::uint64_t>(r.ready_pages, geometry_.pages_for_tokens(r.tokens));
-  if (total * geometry_.bytes_per_token_per_tensor() > pages * geometry_.chunk_bytes()) return false;
+  if (!fits_in_place(r, r.tokens + tokens)) return false;
   own_valid_bytes_ += tokens * geometry_.bytes_per_token();
   logical_tokens_ += tokens;
-  r.tokens = total;  // the same pages: token_pages_ does not change
+  r.tokens += tokens;  // the same pages: token_pages_ does not change
   return true;
 }
 
-// The room of grow_in_place(): a request grows in place while its tokens stay within its max
-// and within the pages its tokens use that are mapped and ready; neither bound moves while it does.
-std::uint64_t scheduler::in_place_rounds(std::span<const request_id> ids, std::vector<vtensor_record*>& records) const {
-  records.clear();
+std::uint64_t scheduler::in_place_rounds(std::span<const request_id> ids) {
+  round_.clear();
+  round_left_ = 0;
   std::uint64_t rounds = std::numeric_limits<std::uint64_t>::max();
   for (const request_id id : ids) {
     const auto it = live_.find(id);
     if (it == live_.end()) return 0;
     const vtensor_record& r = *it->second;
-    const std::uint64_t pages = std::min<std::uint64_t>(r.ready_pages, geometry_.pages_for_tokens(r.tokens));
-    const std::uint64_t fit =
-        std::min(r.max_tokens, pages * geometry_.chunk_bytes() / geometry_.bytes_per_token_per_tensor());
+    const std::uint64_t fit = std::min(r.max_tokens, in_place_bytes(r) / geometry_.bytes_per_token_per_tensor());
     rounds = std::min(rounds, fit > r.tokens ? fit - r.tokens : 0);
-    records.push_back(it->second.get());
+    round_.push_back(it->second.get());
   }
-  return ids.empty() ? 0 : rounds;
+  round_left_ = ids.empty() ? 0 : rounds;
+  return round_left_;
 }
 
-void scheduler::grow_round(std::span<vtensor_record* const> records) {
-  for (vtensor_record* r : records) ++r->tokens;  // the same pages: token_pages_ does not change
-  own_valid_bytes_ += records.size() * geometry_.bytes_per_token();
-  logical_tokens_ += records.size();
+void scheduler::grow_round() {
+  if (round_left_ == 0) throw std::logic_error("scheduler::grow_round: no round left of the last in_place_rounds()");
+  --round_left_;
+  for (vtensor_record* r : round_) ++r->tokens;  // the same pages: token_pages_ does not change
+  own_valid_bytes_ += round_.size() * geometry_.bytes_per_token();
+  logical_tokens_ += round_.size();
+}
+
+void scheduler::erase_live(request_id id) {
+  round_.clear();
+  round_left_ = 0;
+  live_.erase(id);
 }
 
 void scheduler::grow(vtensor_record& r, std::uint64_t tokens) {
@@ -627,7 +640,7 @@ op_effects scheduler::finish(request_id id, std::span<const token_block> extra_b
   op_effects fx;
   record_prefix(r, extra_blocks);
   release(r, fx);
-  live_.erase(id);
+  erase_live(id);
   return fx;
 }
 
@@ -636,7 +649,7 @@ op_effects scheduler::preempt(request_id id) {
   op_effects fx;
   if (config_.record_on_preempt) record_prefix(r, {});
   release(r, fx);
-  live_.erase(id);
+  erase_live(id);
   ++counters_.preempted;
   return fx;
 }
@@ -674,6 +687,8 @@ void scheduler::shutdown() {
   ops_.drain();
   op_effects ignored;
   for (auto& [id, r] : live_) release(*r, ignored);
+  round_.clear();
+  round_left_ = 0;
   live_.clear();
   ops_.drop_cache_and_trim();
 }

@@ -132,16 +132,17 @@ class scheduler {
   extend_result extend(request_id id, std::uint64_t tokens);
   /// extend(id, tokens) when that needs nothing but counting: the request is live, stays within
   /// its max, and the tokens land in pages its tokens already use, all mapped and ready (the
-  /// in-place case of extend()). Returns false and changes nothing otherwise: then call extend().
+  /// in-place case of extend(), Note [Growth in place]). Returns false and changes nothing
+  /// otherwise: then call extend().
   [[nodiscard]] bool grow_in_place(request_id id, std::uint64_t tokens);
   /// How many grow_in_place(id, 1) calls in a row would succeed for every one of `ids` (0 when
-  /// one of them is not live), and the records of `ids`, in order, into `records` for
-  /// grow_round() (Note [Decode stretches] in sim/kv_policy.hpp).
-  [[nodiscard]] std::uint64_t in_place_rounds(std::span<const request_id> ids,
-                                              std::vector<vtensor_record*>& records) const;
-  /// grow_in_place(id, 1) for each of `records`, which in_place_rounds() gave with rounds left:
-  /// the same counts change, without a lookup.
-  void grow_round(std::span<vtensor_record* const> records);
+  /// one of them is not live or `ids` is empty). Remembers the requests for grow_round(): the
+  /// round lasts until the next operation of the scheduler (the manager enforces it, Note
+  /// [Decode rounds of the manager] in manager.hpp), or until a remembered request ends.
+  [[nodiscard]] std::uint64_t in_place_rounds(std::span<const request_id> ids);
+  /// grow_in_place(id, 1) for each request of the last in_place_rounds(), without a lookup.
+  /// Throws std::logic_error when it answered no more rounds than were taken since (or none).
+  void grow_round();
   /// New request `child` holding `parent`'s tokens: whole pages shared, the partial one copied
   /// (or recomputed, by policy).
   create_result fork(request_id parent, request_id child);
@@ -205,6 +206,15 @@ class scheduler {
   [[nodiscard]] bool map_needed(vtensor_record& r, std::uint32_t needed, op_effects& fx);
   /// Counts `tokens` more tokens in `r`, whose pages are mapped and ready.
   void grow(vtensor_record& r, std::uint64_t tokens);
+  /// Bytes per tensor that `r` can hold in place: its pages that its tokens use, mapped and
+  /// ready (Note [Growth in place]).
+  [[nodiscard]] std::uint64_t in_place_bytes(const vtensor_record& r) const;
+  /// Whether `r` can hold `total` tokens in place: within its max and in_place_bytes().
+  [[nodiscard]] bool fits_in_place(const vtensor_record& r, std::uint64_t total) const {
+    return total <= r.max_tokens && total * geometry_.bytes_per_token_per_tensor() <= in_place_bytes(r);
+  }
+  /// Ends request `id`'s record (and a growth round that holds it).
+  void erase_live(request_id id);
   void top_up(vtensor_record& r, std::uint32_t needed, op_effects& fx);
   /// Pages to have mapped when `needed` are: k more, within the request's reservation.
   [[nodiscard]] std::uint32_t lookahead_target(const vtensor_record& r, std::uint32_t needed) const;
@@ -245,6 +255,8 @@ class scheduler {
   std::uint64_t logical_tokens_ = 0;
   std::uint64_t mapped_pages_ = 0;  // sum of mapped_pages over records
   std::uint64_t token_pages_ = 0;   // sum over live records of the pages their tokens fill
+  std::vector<vtensor_record*> round_;  // the requests of the last in_place_rounds()
+  std::uint64_t round_left_ = 0;        // rounds it answered, less those taken
   scheduler_counters counters_;
 };
 

@@ -8,8 +8,11 @@
 ///   leading tokens it serves from a prefix cache in `hit_tokens`) or changes nothing; not
 ///   admitted means "no memory now": the replica keeps the request waiting, or rejects it when
 ///   nothing else holds memory.
-/// - grow() backs `tokens` more tokens of an admitted request, or returns false and changes
-///   nothing; the replica then preempts and retries.
+/// - decode() grows a step's decoders by one token each, in order, stopping at the first that
+///   needs memory the policy cannot give (the replica then preempts and retries it); the round
+///   it returns also leases the rounds that follow (Note [One decode protocol]). grow() backs
+///   `tokens` more tokens of one admitted request, or returns false and changes nothing (growth
+///   that is not a decode round: tests, speculative tokens).
 /// - release() ends an admitted request: `finished` may keep its prefix for reuse, `preempted`
 ///   drops it (the request comes back later through admit()).
 /// - Ids are the caller's and unique among admitted requests. Misuse (unknown id, growth past
@@ -107,29 +110,30 @@ struct vmm_split_report {
   std::uint64_t chunks_created_ahead = 0;  ///< of which by the worker
 };
 
-/// Note [A step's decode growth in one call]
-/// Every step grows each decoding request by one token: on a 100,000-request gen-trace replay,
-/// vtensor's grow() (policy, manager lock and driver hand-over, record lookup, effects booked)
-/// was 20% of the profile, almost all of it growth inside pages already mapped and ready. The
-/// replica therefore hands a step's decoders to grow_each() at once, and a policy may take the
-/// common case in one pass (vtensor: one manager lock, no driver hand-over, no effects to book)
-/// and fall back to grow() for the first request that needs memory. The result must be what the
-/// loop of grow()s gives: the same requests grown, the same calls and modelled times, in order.
-
-/// Note [Decode stretches]
-/// Between two events a replica's steps are often alike: every running request decodes one
-/// token, nothing arrives, finishes or waits, and every growth lands in memory the policy already
-/// holds. On the 1,000,000-request gen-trace (52 million steps, 7 requests running on average)
-/// the work of each such step around the policy (the event queue, building the batch, a lookup
-/// per request, two memory reads) was a third of the replay. So a replica asks the policy once,
-/// with in_place_rounds(), how many one-token rounds of grow_each() over a step's decoders would
-/// need nothing but counting, and runs the steps that follow, as long as they stay alike, without
-/// the event queue, growing the decoders with grow_round(). A policy that answers n > 0 promises
-/// that for the next n grow_round()s (with advance_to() between them and no other call but
-/// reads): each is grow_each(ids) growing every id, with the same effects; and advance_to()
-/// changes no figure that memory_view(), vmm_calls(), vmm_time() or chunks_created() reports.
-/// A policy that does not override in_place_rounds() answers 0, and its replays take every step
-/// through the event queue. The replica's side: Note [Steps run in a stretch] in replica.cpp.
+/// Note [One decode protocol]
+/// Every step grows each decoding request by one token, and between two events a replica's steps
+/// are often alike: every running request decodes, nothing arrives, finishes or waits, and every
+/// growth lands in memory the policy already holds (on the 1,000,000-request gen-trace, 52
+/// million steps with 7 requests running on average). One entry serves both cases:
+/// - decode(ids) is the step's round: grow(id, 1) for each id in turn, stopping at the first
+///   that returns false, with the same effects, call for call, as that loop. A policy may answer
+///   the common case (growth inside pages it already holds) without a call per request: on a
+///   100,000-request gen-trace, a grow() per request (policy, manager lock, driver hand-over,
+///   record lookup, effects booked) was 20% of the profile.
+/// - The decode_round it returns leases the rounds that follow over the same ids:
+///   rounds_in_place() says how many one-token rounds would need nothing but counting (asked of
+///   the policy once, 0 unless every id grew), and advance() takes one and returns the memory
+///   after it, so a replica runs those steps without the event queue or a lookup per request
+///   (Note [Steps run in a stretch] in replica.cpp). A policy that answers n promises that for
+///   the next n advance()s (with advance_to() between them and no other call but reads) each is
+///   decode(ids) growing every id, with the same effects; and that advance_to() changes no figure
+///   that memory_view(), vmm_calls(), vmm_time() or chunks_created() reports.
+/// - The lease ends at the policy's next mutating call (admit, grow, decode, release, settle):
+///   kv_policy counts them (a generation), and a stale lease answers no rounds and refuses to
+///   advance with std::logic_error; so does an advance() past the rounds answered. No policy
+///   resets anything by hand for it.
+/// A policy that does not override the round hooks answers 0 rounds, and its replays take every
+/// step through the event queue.
 
 /// What a replica samples after every step: kv_stats' memory and breakdown alone.
 ///
@@ -159,6 +163,34 @@ struct kv_stats {
   vmm_counters vmm;                     ///< VMM calls and charged time per kind (zero if none)
 };
 
+class kv_policy;
+
+/// A step's decode round and the lease on the rounds after it (Note [One decode protocol]).
+/// Returned by kv_policy::decode(); holds a view of the ids it was given, which must outlive it
+/// unchanged. Cheap to move; not thread-safe (as its policy).
+class [[nodiscard]] decode_round {
+ public:
+  decode_round() = default;
+  /// How many of the ids grew, in order (all of them, or up to the first that found no memory).
+  [[nodiscard]] std::size_t grown() const { return grown_; }
+  /// Further one-token rounds over the same ids that need nothing but counting: asked of the
+  /// policy on the first call; 0 unless every id grew, and 0 once the policy changed since.
+  [[nodiscard]] std::uint64_t rounds_in_place();
+  /// Takes one of those rounds (every id one more token) and returns the memory after it.
+  /// Throws std::logic_error when no round is left or the policy changed since (its next
+  /// mutating call ends the lease).
+  kv_memory_view advance();
+
+ private:
+  friend class kv_policy;
+  kv_policy* policy_ = nullptr;
+  std::span<const request_id> ids_;
+  std::size_t grown_ = 0;
+  std::uint64_t generation_ = 0;  // the policy's generation when the round ended
+  std::uint64_t rounds_ = 0;      // rounds left, once asked
+  bool asked_ = false;            // rounds_in_place() asked the policy
+};
+
 /// The interface. Public non-virtual entry points over private hooks.
 class kv_policy {
  public:
@@ -168,22 +200,33 @@ class kv_policy {
   kv_policy& operator=(const kv_policy&) = delete;
 
   /// Admits `r` or changes nothing (see the contract above).
-  [[nodiscard]] kv_admit_result admit(const kv_request& r) { return do_admit(r); }
-  /// Backs `tokens` more tokens of `id`; false: no memory, nothing changed.
-  [[nodiscard]] bool grow(request_id id, std::uint64_t tokens) { return do_grow(id, tokens); }
-  /// grow(id, 1) for each of `ids` in turn, stopping at the first that returns false; returns
-  /// how many grew (ids.size() when all did). The same effects, call for call, as the loop of
-  /// grow()s; a policy may answer the common case (growth inside memory it already holds) without
-  /// a call per request (Note [A step's decode growth in one call]).
-  [[nodiscard]] std::size_t grow_each(std::span<const request_id> ids) { return do_grow_each(ids); }
-  /// How many rounds of grow_each(ids) would grow every one of `ids` by one token with nothing
-  /// but counting; 0 when unknown (Note [Decode stretches]).
-  [[nodiscard]] std::uint64_t in_place_rounds(std::span<const request_id> ids) { return do_in_place_rounds(ids); }
-  /// One of those rounds: grow_each(ids) for the `ids` of the last in_place_rounds(), which must
-  /// have answered more rounds than were taken since.
-  void grow_round(std::span<const request_id> ids) { do_grow_round(ids); }
+  [[nodiscard]] kv_admit_result admit(const kv_request& r) {
+    ++generation_;
+    return do_admit(r);
+  }
+  /// Backs `tokens` more tokens of `id`; false: no memory, nothing changed. A step's decode
+  /// growth goes through decode().
+  [[nodiscard]] bool grow(request_id id, std::uint64_t tokens) {
+    ++generation_;
+    return do_grow(id, tokens);
+  }
+  /// A step's decode round: grow(id, 1) for each of `ids` in turn, stopping at the first that
+  /// returns false, with the same effects; the result says how many grew and leases the rounds
+  /// that follow (Note [One decode protocol]). `ids` must outlive the result unchanged.
+  [[nodiscard]] decode_round decode(std::span<const request_id> ids) {
+    ++generation_;
+    decode_round r;
+    r.policy_ = this;
+    r.ids_ = ids;
+    r.grown_ = do_decode(ids);
+    r.generation_ = generation_;
+    return r;
+  }
   /// Ends `id`.
-  void release(request_id id, release_reason why) { do_release(id, why); }
+  void release(request_id id, release_reason why) {
+    ++generation_;
+    do_release(id, why);
+  }
   /// Memory now.
   [[nodiscard]] kv_stats stats() const { return do_stats(); }
   /// stats().memory and stats().breakdown: what the replica reads after every step, which a
@@ -212,7 +255,10 @@ class kv_policy {
   [[nodiscard]] nlohmann::ordered_json describe() const { return do_describe(); }
   /// Waits for background work (a mapping worker) and takes in its results: call before
   /// reading figures that must be final, and before a check that wants a quiet state.
-  void settle() { do_settle(); }
+  void settle() {
+    ++generation_;
+    do_settle();
+  }
   /// Throws std::logic_error when the policy's structures disagree. Only reads: work still in
   /// flight in the background is neither waited for nor checked against.
   void check_invariants() const { do_check_invariants(); }
@@ -220,15 +266,20 @@ class kv_policy {
  private:
   virtual kv_admit_result do_admit(const kv_request& r) = 0;
   virtual bool do_grow(request_id id, std::uint64_t tokens) = 0;
-  virtual std::size_t do_grow_each(std::span<const request_id> ids) {
+  /// decode(): the loop of do_grow(id, 1)s unless a policy answers it faster.
+  virtual std::size_t do_decode(std::span<const request_id> ids) {
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (!do_grow(ids[i], 1)) return i;
     }
     return ids.size();
   }
-  [[nodiscard]] virtual std::uint64_t do_in_place_rounds(std::span<const request_id> /*ids*/) { return 0; }
-  virtual void do_grow_round(std::span<const request_id> ids) {
-    if (do_grow_each(ids) != ids.size()) throw std::logic_error("kv_policy: a growth round did not grow every request");
+  /// decode_round::rounds_in_place() for the `ids` of the decode() just made (nothing changed
+  /// since): 0 unless the policy keeps the promise of Note [One decode protocol].
+  [[nodiscard]] virtual std::uint64_t do_decode_rounds(std::span<const request_id> /*ids*/) { return 0; }
+  /// decode_round::advance(): one round of those, and the memory after it.
+  virtual kv_memory_view do_advance_round(std::span<const request_id> ids) {
+    if (do_decode(ids) != ids.size()) throw std::logic_error("kv_policy: a growth round did not grow every request");
+    return do_memory_view();
   }
   virtual void do_release(request_id id, release_reason why) = 0;
   [[nodiscard]] virtual kv_stats do_stats() const = 0;
@@ -249,6 +300,27 @@ class kv_policy {
   [[nodiscard]] virtual std::string do_name() const = 0;
   [[nodiscard]] virtual nlohmann::ordered_json do_describe() const = 0;
   virtual void do_check_invariants() const {}
+
+  friend class decode_round;
+  std::uint64_t generation_ = 0;  // mutating calls so far: a decode_round's lease ends at the next
 };
+
+inline std::uint64_t decode_round::rounds_in_place() {
+  if (!asked_) {
+    asked_ = true;
+    const bool all = policy_ != nullptr && grown_ == ids_.size() && !ids_.empty();
+    rounds_ = all && policy_->generation_ == generation_ ? policy_->do_decode_rounds(ids_) : 0;
+  }
+  return policy_ != nullptr && policy_->generation_ == generation_ ? rounds_ : 0;
+}
+
+inline kv_memory_view decode_round::advance() {
+  if (policy_ == nullptr || policy_->generation_ != generation_) {
+    throw std::logic_error("decode_round: the policy changed since this round (Note [One decode protocol])");
+  }
+  if (rounds_in_place() == 0) throw std::logic_error("decode_round: no round in place is left");
+  --rounds_;
+  return policy_->do_advance_round(ids_);
+}
 
 }  // namespace vtensor::sim

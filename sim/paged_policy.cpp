@@ -407,7 +407,6 @@ const std::vector<std::uint32_t>& paged_policy::block_table(request_id id) const
 }
 
 kv_admit_result paged_policy::do_admit(const kv_request& r) {
-  round_.clear();  // Note [Paged rounds]
   if (requests_.contains(r.id.value)) {
     throw std::invalid_argument(fmt::format("paged policy: request {} is already admitted", r.id.value));
   }
@@ -466,7 +465,6 @@ kv_admit_result paged_policy::do_admit(const kv_request& r) {
 }
 
 bool paged_policy::do_grow(request_id id, std::uint64_t tokens) {
-  round_.clear();
   request_state& s = live(id);
   if (tokens > s.max_tokens - s.tokens) {
     throw std::invalid_argument(fmt::format("paged policy: request {} grows by {} past its max_tokens {} (has {})",
@@ -484,14 +482,14 @@ bool paged_policy::do_grow(request_id id, std::uint64_t tokens) {
 // Note [Paged rounds]
 // A decoding request grows in place while its last block has room: grow() then appends the token
 // to that block (append_blocks fills the last block first, and have_free(0, 0) holds), with no
-// block taken, no hash touched and no VMM call. So in_place_rounds() answers, for the step's
-// decoders, the fewest free slots left in a last block (and the fewest tokens left before a
-// max_tokens), and grow_round() does what grow() does for each of them: one more token in the
-// last block, in the request and in the figures (Note [Decode stretches] in kv_policy.hpp). The
-// last block of a request holds at least one token of its own (an admission's hits stop short of
-// its last prompt token), so it is never a shared cached block. Any other change (admit, grow,
-// release) forgets the round's requests.
-std::uint64_t paged_policy::do_in_place_rounds(std::span<const request_id> ids) {
+// block taken, no hash touched and no VMM call. So a decode round's rounds in place are, for the
+// step's decoders, the fewest free slots left in a last block (and the fewest tokens left before
+// a max_tokens), and a round advanced does what grow() does for each of them: one more token in
+// the last block, in the request and in the figures (Note [One decode protocol] in
+// kv_policy.hpp, whose lease ends at any other change). The last block of a request holds at
+// least one token of its own (an admission's hits stop short of its last prompt token), so it is
+// never a shared cached block.
+std::uint64_t paged_policy::do_decode_rounds(std::span<const request_id> ids) {
   round_.clear();
   std::uint64_t rounds = ids.empty() ? 0 : std::numeric_limits<std::uint64_t>::max();
   for (const request_id id : ids) {
@@ -508,20 +506,19 @@ std::uint64_t paged_policy::do_in_place_rounds(std::span<const request_id> ids) 
   return rounds;
 }
 
-void paged_policy::do_grow_round(std::span<const request_id> ids) {
-  if (ids.size() != round_.size() || round_.empty()) {
-    throw std::logic_error("paged policy: grow_round: not the requests of the last in_place_rounds()");
-  }
+kv_memory_view paged_policy::do_advance_round(std::span<const request_id> ids) {
+  if (ids.size() != round_.size()) throw std::logic_error("paged policy: a round over other requests than its lease's");
   for (request_state* s : round_) {
     block& last = blocks_[s->table.back()];
     if (last.fill >= block_tokens_ || s->tokens >= s->max_tokens) {
-      throw std::logic_error("paged policy: grow_round past the rounds in_place_rounds() answered");
+      throw std::logic_error("paged policy: a round past the rounds in place it answered");
     }
     ++last.fill;
     ++s->tokens;
   }
   used_tokens_ += round_.size();
   live_tokens_ += round_.size();
+  return memory_view();
 }
 
 // Note [Freeing tail first]
@@ -533,7 +530,6 @@ void paged_policy::do_grow_round(std::span<const request_id> ids) {
 // (Scheduler._preempt_request calls kv_cache_manager.free): its cached blocks stay hashable and
 // its re-admission may hit them.
 void paged_policy::do_release(request_id id, release_reason /*why*/) {
-  round_.clear();  // Note [Paged rounds]
   const auto it = requests_.find(id.value);
   if (it == requests_.end()) throw std::invalid_argument(fmt::format("paged policy: unknown request {}", id.value));
   const request_state& s = it->second;

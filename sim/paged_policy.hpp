@@ -125,8 +125,8 @@ class paged_policy final : public kv_policy {
 
   kv_admit_result do_admit(const kv_request& r) override;
   bool do_grow(request_id id, std::uint64_t tokens) override;
-  [[nodiscard]] std::uint64_t do_in_place_rounds(std::span<const request_id> ids) override;
-  void do_grow_round(std::span<const request_id> ids) override;
+  [[nodiscard]] std::uint64_t do_decode_rounds(std::span<const request_id> ids) override;
+  kv_memory_view do_advance_round(std::span<const request_id> ids) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
   [[nodiscard]] sim_ns do_vmm_time() const override;
@@ -177,7 +177,7 @@ class paged_policy final : public kv_policy {
   std::vector<token_block> hashed_blocks_;  // the keys hashes_ was computed from
   std::uint64_t hashed_prompt_ = 0;         // and the prompt's tokens (0: none)
   std::vector<std::uint32_t> hits_;         // scratch of admit
-  std::vector<request_state*> round_;       // the requests of the last in_place_rounds() (Note [Paged rounds])
+  std::vector<request_state*> round_;       // the requests of the last decode round (Note [Paged rounds])
 };
 
 }  // namespace vtensor::sim

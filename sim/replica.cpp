@@ -96,8 +96,9 @@ void replica::kick() {
 
 bool replica::drained() const { return !in_step_ && running_.empty() && waiting_.empty(); }
 
-void replica::observe(time_us at) {
-  const kv_memory_view s = policy_.memory_view();
+void replica::observe(time_us at) { observe(at, policy_.memory_view()); }
+
+void replica::observe(time_us at, const kv_memory_view& s) {
   replica_state st;
   st.at = at;
   st.memory = s.memory;
@@ -119,13 +120,14 @@ void replica::preempt(live_request& r) {
   r.prefill_target = 0;
 }
 
-// Grows running_[index] by one token, whose first attempt (in grow_each()) failed, preempting
+// Grows running_[index] by one token, whose first attempt (in a decode round) failed, preempting
 // from the back until it fits. Returns false when running_[index] itself was preempted (it was
 // the most recent).
 bool replica::decode_grow(std::size_t index) {
   live_request& r = *running_[index];
+  const request_id id{r.id};
   bool first = true;
-  while (first || !policy_.grow(request_id{r.id}, 1)) {
+  while (first || policy_.decode(std::span<const request_id>(&id, 1)).grown() == 0) {
     first = false;
     std::unique_ptr<live_request> victim = std::move(running_.back());
     running_.pop_back();
@@ -189,20 +191,20 @@ void replica::admit_waiting(std::uint32_t& budget) {
   }
 }
 
-void replica::start_step() {
+// The start of every step, and of each step of a stretch (which continues one).
+void replica::open_step(time_us at, bool continuing) {
   if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();
-  policy_.advance_to(sim_us{queue_.now()});
-  in_step_ = true;
-  pipelined_ = config_.pipeline && continuing_;
-  batch_.clear();
-  step_preempted_ = 0;
-  const sim_ns vmm_start = policy_.vmm_time();
-  const sim_ns critical_start = policy_.critical_vmm_time();
-  std::uint32_t budget = config_.token_budget;
+  policy_.advance_to(sim_us{at});
+  pipelined_ = config_.pipeline && continuing;
+}
 
-  // 1. Decode: one token for each running request past its prefill, oldest first (the first
-  // `budget` of them), in one grow_each() (Note [A step's decode growth in one call]); where a
-  // growth fails, preempt from the back and retry it (decode_grow), then go on after it.
+// Decode: one token for each running request past its prefill, oldest first (the first `budget`
+// of them), in one decode round (Note [One decode protocol] in kv_policy.hpp); where a growth
+// fails, preempt from the back and retry it (decode_grow), then go on after it. The first round
+// is kept: when it grew every decoder and the step is alike the next ones, its lease runs the
+// stretch (Note [Steps run in a stretch]).
+void replica::grow_decoders() {
+  const std::uint32_t budget = config_.token_budget;
   decode_index_.clear();
   decode_ids_.clear();
   for (std::size_t i = 0; i < running_.size() && decode_index_.size() < budget; ++i) {
@@ -210,9 +212,11 @@ void replica::start_step() {
     decode_index_.push_back(i);
     decode_ids_.push_back(request_id{running_[i]->id});
   }
+  round_ = decode_round{};
   std::size_t next = 0;
   while (next < decode_ids_.size()) {
-    next += policy_.grow_each(std::span<const request_id>(decode_ids_).subspan(next));
+    round_ = policy_.decode(std::span<const request_id>(decode_ids_).subspan(next));
+    next += round_.grown();
     if (next == decode_ids_.size()) break;
     if (!decode_grow(decode_index_[next])) {  // it was the newest: nothing after it is left
       decode_index_.resize(next);
@@ -226,6 +230,19 @@ void replica::start_step() {
     decode_ids_.resize(left);
   }
   for (const std::size_t i : decode_index_) batch_.push_back({running_[i].get(), 1, true});
+}
+
+void replica::start_step() {
+  open_step(queue_.now(), continuing_);
+  in_step_ = true;
+  batch_.clear();
+  step_preempted_ = 0;
+  const sim_ns vmm_start = policy_.vmm_time();
+  const sim_ns critical_start = policy_.critical_vmm_time();
+  std::uint32_t budget = config_.token_budget;
+
+  // 1. Decode.
+  grow_decoders();
   budget -= static_cast<std::uint32_t>(decode_index_.size());
   // 2. Prefill left over from earlier steps.
   bool any_prefill = false;
@@ -257,7 +274,9 @@ void replica::run_step(step_record& rec) {
   const step_work work = batch_work();
   const step_cost cost = cost_of(work);
   const batch_counts counts = count_batch();
+  take_step_calls(rec);
   price_step(rec, queue_.now(), cost, counts);
+  observe(queue_.now());
   const time_us end = run_stretch(rec.start + rec.duration_us, work, cost, counts);
   queue_.schedule_at(end, [this] { end_step(); });
 }
@@ -287,8 +306,15 @@ step_cost replica::cost_of(const step_work& work) const {
              : roofline(model_, gpu_, work, config_.step_overhead_s, config_.kernel_factors);
 }
 
-void replica::price_step(step_record& rec, time_us at, const step_cost& cost, const batch_counts& counts,
-                         bool calls_moved) {
+void replica::take_step_calls(step_record& rec) {
+  const auto calls_now = policy_.vmm_calls();
+  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
+  last_step_calls_ = calls_now;
+  last_chunks_created_ = policy_.chunks_created();
+  rec.chunks_created = last_chunks_created_;
+}
+
+void replica::price_step(step_record& rec, time_us at, const step_cost& cost, const batch_counts& counts) {
   rec.decode_seqs = counts.decode_seqs;
   rec.prefill_seqs = counts.prefill_seqs;
   rec.prefill_tokens = counts.prefill_tokens;
@@ -302,13 +328,6 @@ void replica::price_step(step_record& rec, time_us at, const step_cost& cost, co
   rec.preempted = step_preempted_;
   rec.compute_us = cost.compute_s() * 1e6;
   rec.memory_us = cost.memory_s() * 1e6;
-  if (calls_moved) {
-    const auto calls_now = policy_.vmm_calls();
-    for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) rec.vmm_calls[k] = calls_now[k] - last_step_calls_[k];
-    last_step_calls_ = calls_now;
-    last_chunks_created_ = policy_.chunks_created();
-  }
-  rec.chunks_created = last_chunks_created_;
   rec.running = static_cast<std::uint32_t>(running_.size());
   rec.waiting = static_cast<std::uint32_t>(waiting_.size());
   pending_release_critical_ = sim_ns{0};
@@ -320,33 +339,34 @@ void replica::price_step(step_record& rec, time_us at, const step_cost& cost, co
   if (cost.compute_bound()) counters_.compute_bound_steps += 1;
   counters_.prefill_tokens += rec.prefill_tokens;
   for (auto* o : observers_) o->on_step(rec);
-  observe(at);
 }
 
 // Note [Steps run in a stretch]
 // After a step whose batch is every running request decoding one token, with nothing to admit
 // (the queue is empty, or the running limit is reached), the steps that follow are alike until
 // an event: an arrival (or any queued event), a request reaching its output length, or a growth
-// that needs more than counting (Note [Decode stretches] in sim/kv_policy.hpp). run_stretch()
-// runs them here, each as end_step() and start_step() would, without the event queue:
-// - the end of step j - 1 at `end`: the policy's clock moves (advance_to), each request gets its
-//   token, the checks and the wall clock run as in end_step(). Its observe() is left out: it
-//   would record, at `end`, the state observed when step j - 1 was built (nothing changed since:
-//   no release, no arrival, and advance_to() changes no figure), and the observe() of step j, at
-//   the same instant, integrates that state over step j - 1 all the same (state_tracker: the
-//   previous state holds until the next observation). The grid samples before `end` are emitted
-//   where that observe() would have emitted them (sample_until), before step j's record, so an
-//   observer of both (the Chrome trace) sees them in the same order;
-// - step j, built at `end`: the same decoders in the same order grow by one token (grow_round()),
-//   and price_step() prices, counts and emits it. What start_step() would read is known here:
-//   by the policy's promise grow_round() and advance_to() move no VMM time, call count or chunk
-//   creation, so the step's VMM time is the releases' since the last step (none: nothing
-//   finishes in a stretch), its calls are zero and its chunks created are step j - 1's; its work
-//   is step j - 1's with every context one token longer (one more attended pair and one more
-//   token read per decoder, integers, so exactly the sum batch_work() would make). The promise
-//   is checked once a stretch: the VMM time, calls and chunks created after it must be those
-//   before it, or the replay stops with a logic_error.
-// It stops before step j when j would pass the first finish or the policy's rounds, or when the
+// that needs more than counting (the lease of the step's decode round, Note [One decode
+// protocol] in kv_policy.hpp). run_stretch() runs them here, without the event queue, from the
+// helpers end_step() and start_step() are made of:
+// - the end of step j - 1 at `end`: each request gets its token, and close_step() runs the checks
+//   and the wall clock as in end_step(). Its observe() is left out: it would record, at `end`,
+//   the state observed when step j - 1 was built (nothing changed since: no release, no arrival,
+//   and advance_to() changes no figure), and the observe() of step j, at the same instant,
+//   integrates that state over step j - 1 all the same (state_tracker: the previous state holds
+//   until the next observation). The grid samples before `end` are emitted where that observe()
+//   would have emitted them (sample_until), before step j's record, so an observer of both (the
+//   Chrome trace) sees them in the same order;
+// - step j, opened at `end` (open_step(): the policy's clock moves): the same decoders in the same
+//   order grow by one token (the lease's advance(), which returns the memory that step j's
+//   observe() records), and price_step() prices, counts and emits it. What start_step() would
+//   read is known here: by the policy's promise a round and advance_to() move no VMM time, call
+//   count or chunk creation, so the step's VMM time is the releases' since the last step (none:
+//   nothing finishes in a stretch), its calls are zero (take_step_calls() is not needed) and its
+//   chunks created are step j - 1's; its work is step j - 1's with every context one token longer
+//   (one more attended pair and one more token read per decoder, integers, so exactly the sum
+//   batch_work() would make). The promise is checked once a stretch: the VMM time, calls and
+//   chunks created after it must be those before it, or the replay stops with a logic_error.
+// It stops before step j when j would pass the first finish or the lease's rounds, or when the
 // queue holds an event due at or before `end` (an arrival at `end` may come before the step in
 // the queue's order); run_step() then schedules the last step's end, which end_step() runs as
 // usual. Every figure, step record and output is the same as without stretches (the identity
@@ -366,30 +386,27 @@ time_us replica::run_stretch(time_us end, step_work work, step_cost cost, const 
     to_first_finish = std::min<std::uint64_t>(to_first_finish, e.r->output - e.r->generated);
   }
   if (to_first_finish < 2 || queue_.next_at() <= end) return end;
-  const std::uint64_t rounds = policy_.in_place_rounds(decode_ids_);
+  const std::uint64_t rounds = round_.rounds_in_place();
   if (rounds == 0) return end;
   const sim_ns vmm_before = policy_.vmm_time();
   const sim_ns critical_before = policy_.critical_vmm_time();
   const std::uint64_t decoders = batch_.size();
   // Only the decode attention changes from step to step: the linear and prefill parts of the
-  // roofline stay the step before's (the same figures from the same operations). The decoders'
-  // contexts and tokens grow here by one a step and are written once, after the last step
-  // (nothing in between reads them).
+  // roofline stay the step before's (the same figures from the same operations).
   const bool reprice_decode_only = !config_.compute;
   std::uint32_t steps = 0;
   step_record rec;  // what price_step() leaves alone is the same in every step of a stretch
+  rec.chunks_created = last_chunks_created_;
   for (std::uint64_t j = 1; j < to_first_finish && j <= rounds && queue_.next_at() > end; ++j) {
     // The end of step j - 1, as end_step() runs it when no request finishes.
-    policy_.advance_to(sim_us{end});
     ++steps;
     counters_.output_tokens += decoders;
     close_step();
     tracker_.sample_until(end);  // the grid samples end_step()'s observe() emits, in its place
-    if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();  // as start_step()
     ++counters_.stretch_steps;
     // Step j, as start_step() builds it: the same decoders, nothing to prefill or admit.
-    pipelined_ = config_.pipeline;
-    policy_.grow_round(decode_ids_);
+    open_step(end, true);
+    const kv_memory_view memory = round_.advance();
     rec.vmm_critical = pending_release_critical_;
     rec.vmm_total = pending_release_vmm_;
     work.decode.attended_pairs += decoders;
@@ -399,7 +416,8 @@ time_us replica::run_stretch(time_us end, step_work work, step_cost cost, const 
     } else {
       cost = cost_of(work);
     }
-    price_step(rec, end, cost, counts, false);
+    price_step(rec, end, cost, counts);
+    observe(end, memory);
     end = rec.start + rec.duration_us;
   }
   for (const batch_entry& e : batch_) {
@@ -409,8 +427,8 @@ time_us replica::run_stretch(time_us end, step_work work, step_cost cost, const 
   if (policy_.vmm_time() != vmm_before || policy_.critical_vmm_time() != critical_before ||
       policy_.vmm_calls() != last_step_calls_ || policy_.chunks_created() != last_chunks_created_) {
     throw std::logic_error(
-        "replica: the policy's VMM time, calls or chunks created moved in a decode stretch (Note [Decode "
-        "stretches])");
+        "replica: the policy's VMM time, calls or chunks created moved in a decode stretch (Note [One "
+        "decode protocol] in kv_policy.hpp)");
   }
   return end;
 }

@@ -248,14 +248,15 @@ class replica {
     std::uint64_t prefill_tokens = 0;
   };
 
+  void open_step(time_us at, bool continuing);  // the start of every step: wall clock, policy clock, pipelining
+  void grow_decoders();                         // the step's decode round (Note [One decode protocol])
   void run_step(step_record& rec);
+  void take_step_calls(step_record& rec);  // the VMM calls and chunk creations since the previous step
   [[nodiscard]] step_work batch_work() const;                    // the work of batch_
   [[nodiscard]] batch_counts count_batch() const;                // and its sequences
   [[nodiscard]] step_cost cost_of(const step_work& work) const;  // roofline, or the measured rates
-  // Prices, counts and emits a step of cost `cost` built at `at`; `calls_moved`: read the VMM
-  // calls and chunk creations since the previous step (false in a stretch, where none are made).
-  void price_step(step_record& rec, time_us at, const step_cost& cost, const batch_counts& counts,
-                  bool calls_moved = true);
+  // Prices, counts and emits a step of cost `cost` built at `at` (its calls already in `rec`).
+  void price_step(step_record& rec, time_us at, const step_cost& cost, const batch_counts& counts);
   // Note [Steps run in a stretch]; returns the last end. `work`, `cost` and `counts`: the step
   // just priced.
   time_us run_stretch(time_us end, step_work work, step_cost cost, const batch_counts& counts);
@@ -266,7 +267,8 @@ class replica {
   void finish(live_request& r);
   void reject(std::unique_ptr<live_request> r, std::string_view why);
   void take_prefill(live_request& r, std::uint32_t& budget, bool& any_prefill);
-  void observe(time_us at);
+  void observe(time_us at);                                // with the policy's memory now
+  void observe(time_us at, const kv_memory_view& memory);  // with `memory`
   void check_sampled();  // Note [Sampled invariant checks of a replay] in replica.cpp
   void close_step();     // checks and wall time at the end of a step (end_step(), run_stretch())
   void emit(const request_record& rec);
@@ -282,7 +284,8 @@ class replica {
   std::vector<batch_entry> batch_;
   bool in_step_ = false;
   std::vector<std::size_t> decode_index_;  // this step's decoders: their places in running_
-  std::vector<request_id> decode_ids_;     // and their ids (grow_each())
+  std::vector<request_id> decode_ids_;     // and their ids (the decode round's)
+  decode_round round_;                     // this step's first decode round: its lease serves a stretch
   std::uint64_t steps_since_check_ = 0;    // Note [Sampled invariant checks of a replay]
   sim_ns pending_release_critical_{};      // critical VMM time of releases since the last step was built
   sim_ns pending_release_vmm_{};           // all VMM time of those releases

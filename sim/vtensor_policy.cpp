@@ -132,7 +132,6 @@ void vtensor_policy::submit(request_id id, const op_effects& fx) {
 }
 
 void vtensor_policy::do_advance_to(sim_us at) {
-  round_memory_.reset();
   const auto t = std::chrono::duration_cast<sim_ns>(at);
   if (t <= origin_) return;
   start_build_jobs(now());  // the step build that ran from origin_ ended at now()
@@ -211,7 +210,6 @@ void vtensor_policy::take_carry() {
 }
 
 kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
-  round_memory_.reset();
   take_carry();
   const create_result c = manager_->create(r.id, r.blocks, r.prompt_tokens, r.max_tokens);
   if (pipeline()) {
@@ -243,7 +241,6 @@ kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
 }
 
 bool vtensor_policy::do_grow(request_id id, std::uint64_t tokens) {
-  round_memory_.reset();
   take_carry();
   const sim_ns start = now();
   const extend_result e = manager_->extend(id, tokens);
@@ -264,12 +261,11 @@ bool vtensor_policy::do_grow(request_id id, std::uint64_t tokens) {
   return true;
 }
 
-// Note [A step's decode growth in one call] in sim/kv_policy.hpp. The in-place growths make no
-// call, wait for no job and hand none out, so do_grow() for them would only take the carry (the
-// first does) and book calls made before it (none are left unbooked: every operation books its
-// own); taking and booking once before the run is the same.
-std::size_t vtensor_policy::do_grow_each(std::span<const request_id> ids) {
-  round_memory_.reset();
+// Note [One decode protocol] in sim/kv_policy.hpp. The in-place growths make no call, wait for
+// no job and hand none out, so do_grow() for them would only take the carry (the first does) and
+// book calls made before it (none are left unbooked: every operation books its own); taking and
+// booking once before a run of them is the same.
+std::size_t vtensor_policy::do_decode(std::span<const request_id> ids) {
   std::size_t done = 0;
   while (done < ids.size()) {
     take_carry();
@@ -282,31 +278,30 @@ std::size_t vtensor_policy::do_grow_each(std::span<const request_id> ids) {
   return done;
 }
 
-// Note [Decode stretches] in sim/kv_policy.hpp. A round is do_grow_each() with every growth in
-// place: it takes the carry and books the calls before it (neither is left after the first
-// round of a stretch), then counts; advance_to() moves the model clocks only.
-std::uint64_t vtensor_policy::do_in_place_rounds(std::span<const request_id> ids) {
-  round_memory_.reset();
-  return manager_->in_place_rounds(ids);
+// A round in place is do_decode() with every growth in place: it takes the carry and books the
+// calls before it (neither is left after the first round), then counts; advance_to() moves the
+// model clocks only.
+std::uint64_t vtensor_policy::do_decode_rounds(std::span<const request_id> ids) {
+  lease_ = manager_->lease_rounds(ids);
+  return lease_.rounds();
 }
 
 // Note [The memory after a growth round]
-// In a decode stretch a replica calls grow_round() and then reads memory_view() for the step,
-// with no call in between: two locks of the manager a step, on the 1,000,000-request gen-trace
-// for some 50 million steps. The manager answers grow_round() with its memory after the round,
-// under the same lock, and memory_view() answers from it until the policy's next call (every
-// other non-const call drops it). Over the simulated device only: there the worker runs inline,
-// so nothing changes the manager between two calls of the policy; a real worker thread could.
-void vtensor_policy::do_grow_round(std::span<const request_id> ids) {
-  round_memory_.reset();
+// The replica reads the memory after every step: in a run of rounds in place, some 50 million
+// times on the 1,000,000-request gen-trace. The manager answers grow_round() with its memory
+// after the round, under the same lock, so the round returns it without a second lock. Over
+// the simulated device only: there the worker runs inline, so nothing changes the manager
+// between the round and the replica's reading; a real worker thread could, so the cuda backend
+// reads the memory anew, as memory_view() does.
+kv_memory_view vtensor_policy::do_advance_round(std::span<const request_id> /*ids*/) {
   take_carry();
   book_step_calls();
-  const memory_stats m = manager_->grow_round(ids.size());
-  if (options_.manager.scheduler.inline_worker) round_memory_ = m;
+  const memory_stats m = manager_->grow_round(lease_);
+  if (!options_.manager.scheduler.inline_worker) return do_memory_view();
+  return {m, breakdown(m)};
 }
 
 void vtensor_policy::do_release(request_id id, release_reason why) {
-  round_memory_.reset();
   take_carry();
   const sim_ns start = now();
   const op_effects fx = why == release_reason::finished ? manager_->finish(id) : manager_->preempt(id);
@@ -352,7 +347,7 @@ kv_stats vtensor_policy::do_stats() const {
 }
 
 kv_memory_view vtensor_policy::do_memory_view() const {
-  const memory_stats m = round_memory_ ? *round_memory_ : manager_->memory();
+  const memory_stats m = manager_->memory();
   return {m, breakdown(m)};
 }
 

@@ -160,9 +160,9 @@ class vtensor_policy final : public kv_policy {
 
   kv_admit_result do_admit(const kv_request& r) override;
   bool do_grow(request_id id, std::uint64_t tokens) override;
-  std::size_t do_grow_each(std::span<const request_id> ids) override;
-  [[nodiscard]] std::uint64_t do_in_place_rounds(std::span<const request_id> ids) override;
-  void do_grow_round(std::span<const request_id> ids) override;
+  std::size_t do_decode(std::span<const request_id> ids) override;
+  [[nodiscard]] std::uint64_t do_decode_rounds(std::span<const request_id> ids) override;
+  kv_memory_view do_advance_round(std::span<const request_id> ids) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
   [[nodiscard]] kv_memory_view do_memory_view() const override;
@@ -171,10 +171,7 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] sim_ns do_vmm_time() const override;
   [[nodiscard]] sim_ns do_critical_vmm_time() const override { return critical_; }
   void do_advance_to(sim_us now) override;
-  void do_settle() override {
-    round_memory_.reset();
-    manager_->settle();
-  }
+  void do_settle() override { manager_->settle(); }
   [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override { return report(); }
   [[nodiscard]] std::string do_name() const override { return "vtensor"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
@@ -234,7 +231,7 @@ class vtensor_policy final : public kv_policy {
   sim_ns carry_{};                // the next step's wait for them, booked at its first call
   sim_ns rest_wait_time_{};
   std::array<std::uint64_t, k_vmm_call_kinds> worker_calls_{};  // calls handed to the worker, by kind
-  std::optional<memory_stats> round_memory_;                    // Note [The memory after a growth round]
+  round_lease lease_;                                           // the manager's rounds of the last decode round
   void count_worker(vmm_call c, std::uint64_t n) { worker_calls_[static_cast<std::size_t>(c)] += n; }
 };
 

@@ -278,3 +278,26 @@ TEST_CASE("manager: concurrent callers on distinct requests") {
   m.shutdown();
   CHECK(sim.live().chunks == 0);
 }
+
+TEST_CASE("manager: a lease on decode rounds ends at the next operation and at its last round") {
+  sim_backend sim(sim_backend::k_unlimited, latency_model::zero());
+  manager_config config;
+  config.geometry = kv_geometry(*model_preset("llama-3-8b"), kv_layout::kv_fused);
+  manager m(sim, config);
+  const std::vector<request_id> ids{request_id{1}, request_id{2}};
+  REQUIRE(m.create(ids[0], {}, 100, 4000).ok());
+  REQUIRE(m.create(ids[1], {}, 300, 4000).ok());
+  round_lease lease = m.lease_rounds(ids);
+  REQUIRE(lease.rounds() == 512 - 300);  // kv-fused: 512 tokens a page; request 2 has the least room
+  const memory_stats after = m.grow_round(lease);
+  CHECK(after == m.memory());
+  CHECK(lease.rounds() == 512 - 300 - 1);
+  REQUIRE(m.extend(ids[0], 1).ok());  // another operation: the lease is stale
+  CHECK_THROWS_AS((void)m.grow_round(lease), std::logic_error);
+  round_lease fresh = m.lease_rounds(ids);
+  REQUIRE(fresh.rounds() == 512 - 301);
+  while (fresh.rounds() > 0) (void)m.grow_round(fresh);
+  CHECK_THROWS_AS((void)m.grow_round(fresh), std::logic_error);  // no round left
+  CHECK(m.view(ids[1])->tokens == 512);
+  m.check_invariants();
+}

@@ -238,10 +238,8 @@ TEST_CASE("scheduler: in_place_rounds() counts the one-token growths in place, g
         REQUIRE(counted.create(ids[i], {}, prompts[i], 4000).ok());
         REQUIRE(stepped.create(ids[i], {}, prompts[i], 4000).ok());
       }
-      std::vector<vtensor_record*> records;
       for (int stretch = 0; stretch < 6; ++stretch) {
-        const std::uint64_t rounds = counted.in_place_rounds(ids, records);
-        REQUIRE(records.size() == ids.size());
+        const std::uint64_t rounds = counted.in_place_rounds(ids);
         // The reference: grow_in_place(id, 1) for every id while all of them succeed.
         std::uint64_t reference = 0;
         for (;;) {
@@ -252,7 +250,8 @@ TEST_CASE("scheduler: in_place_rounds() counts the one-token growths in place, g
           ++reference;
         }
         CHECK(reference == rounds);
-        for (std::uint64_t r = 0; r < rounds; ++r) counted.grow_round(records);
+        for (std::uint64_t r = 0; r < rounds; ++r) counted.grow_round();
+        CHECK_THROWS_AS(counted.grow_round(), std::logic_error);  // past the rounds it answered
         // Undo the partial round of the reference, then cross the page boundary in both.
         for (const request_id id : ids) {
           const auto* rec_a = counted.find(id);
@@ -270,8 +269,11 @@ TEST_CASE("scheduler: in_place_rounds() counts the one-token growths in place, g
         CHECK(counted.memory() == stepped.memory());
         counted.check_invariants();
       }
-      std::vector<vtensor_record*> none;
-      CHECK(counted.in_place_rounds(std::vector<request_id>{request_id{1}, request_id{9}}, none) == 0);
+      CHECK(counted.in_place_rounds(std::vector<request_id>{request_id{1}, request_id{9}}) == 0);
+      // A round forgets its requests when one of them ends.
+      REQUIRE(counted.in_place_rounds(ids) > 0);
+      (void)counted.finish(ids[0]);
+      CHECK_THROWS_AS(counted.grow_round(), std::logic_error);
     }
   }
 }

@@ -127,8 +127,8 @@ void conformance(const std::string& name, const std::string& backend) {
     p->release(request_id{id}, release_reason::finished);
   }
 
-  SUBCASE("grow_each() is the loop of grow()s: the same count, memory, calls and modelled times") {
-    // `p` takes grow_each(), `q` the loop, over the same admissions, until memory runs out.
+  SUBCASE("decode() is the loop of grow()s: the same count, memory, calls and modelled times") {
+    // `p` takes decode(), `q` the loop, over the same admissions, until memory runs out.
     auto q = make_kv_policy(name, options_on(backend, 2 * k_gib));
     std::vector<request_id> ids;
     for (std::uint64_t id = 1; id < 200; ++id) {
@@ -145,7 +145,7 @@ void conformance(const std::string& name, const std::string& backend) {
       CAPTURE(round);
       p->advance_to(sim_us{round * 1000});
       q->advance_to(sim_us{round * 1000});
-      const std::size_t grown = p->grow_each(ids);
+      const std::size_t grown = p->decode(ids).grown();
       std::size_t looped = 0;
       while (looped < ids.size() && q->grow(ids[looped], 1)) ++looped;
       REQUIRE(grown == looped);
@@ -167,7 +167,8 @@ void conformance(const std::string& name, const std::string& backend) {
     // Growth runs out where it takes pages or blocks from the shared pool; static reservations
     // hold max_tokens, and vattention's admissions run out of whole rows (and map one ahead) first.
     if (caches_prefixes(name)) CHECK(short_rounds > 0);
-    CHECK_THROWS_AS((void)p->grow_each(std::vector<request_id>{request_id{99999}}), std::invalid_argument);
+    const std::vector<request_id> unknown{request_id{99999}};
+    CHECK_THROWS_AS((void)p->decode(unknown), std::invalid_argument);
     for (const request_id id : ids) {
       p->release(id, release_reason::finished);
       q->release(id, release_reason::finished);
@@ -187,9 +188,9 @@ void conformance(const std::string& name, const std::string& backend) {
     check_stats(*p);
   }
 
-  SUBCASE("memory_view() is stats()' memory after each grow_round() and after the calls that follow") {
-    // vtensor answers memory_view() from grow_round()'s own reading until its next call (Note
-    // [The memory after a growth round]): every call after it must show in the view.
+  SUBCASE("a round's advance() returns stats()' memory, and memory_view() agrees after the calls that follow") {
+    // vtensor's advance() answers from the manager's own reading of the round (Note [The memory
+    // after a growth round]); memory_view() must show every call after it.
     std::vector<request_id> ids;
     for (std::uint64_t id = 1; id <= 3; ++id) {  // static holds four at most
       REQUIRE(p->admit({request_id{id}, {}, 100 + id * 50, 4000}).admitted);
@@ -201,11 +202,16 @@ void conformance(const std::string& name, const std::string& backend) {
       CHECK(v.memory == s.memory);
       CHECK(v.breakdown == s.breakdown);
     };
-    const std::uint64_t rounds = p->in_place_rounds(ids);
+    decode_round round = p->decode(ids);
+    REQUIRE(round.grown() == ids.size());
+    const std::uint64_t rounds = round.rounds_in_place();
     if (name == "vtensor") CHECK(rounds >= 30);
+    if (name == "paged") CHECK(rounds >= 1);  // 16-token blocks
     for (std::uint64_t r = 0; r < std::min<std::uint64_t>(rounds, 30); ++r) {
       p->advance_to(sim_us{(r + 1) * 1000});
-      p->grow_round(ids);
+      const kv_memory_view v = round.advance();
+      CHECK(v.memory == p->stats().memory);
+      CHECK(v.breakdown == p->stats().breakdown);
       agree();
     }
     REQUIRE(p->grow(ids[0], 1500));  // past its page: takes memory
@@ -216,13 +222,46 @@ void conformance(const std::string& name, const std::string& backend) {
     REQUIRE(p->admit({request_id{7}, {}, 900, 4000}).admitted);
     agree();
     ids.push_back(request_id{7});
-    if (p->in_place_rounds(ids) > 0) p->grow_round(ids);
-    REQUIRE(p->grow_each(ids) == ids.size());
+    decode_round again = p->decode(ids);
+    REQUIRE(again.grown() == ids.size());
+    if (again.rounds_in_place() > 0) (void)again.advance();
+    agree();
+    REQUIRE(p->decode(ids).grown() == ids.size());
     agree();
     p->settle();
     agree();
     for (const request_id id : ids) p->release(id, release_reason::preempted);
     agree();
+    check_stats(*p);
+  }
+
+  SUBCASE("a decode round's lease ends at the next mutating call, and at its last round") {
+    std::vector<request_id> ids;
+    for (std::uint64_t id = 1; id <= 2; ++id) {
+      REQUIRE(p->admit({request_id{id}, {}, 100 + id * 50, 4000}).admitted);
+      ids.push_back(request_id{id});
+    }
+    decode_round round = p->decode(ids);
+    REQUIRE(round.grown() == ids.size());
+    const std::uint64_t rounds = round.rounds_in_place();
+    if (name == "vtensor" || name == "paged") REQUIRE(rounds >= 2);
+    if (rounds > 0) {
+      (void)round.advance();
+      CHECK(round.rounds_in_place() == rounds - 1);
+    }
+    REQUIRE(p->admit({request_id{3}, {}, 100, 4000}).admitted);  // the lease ends here
+    CHECK(round.rounds_in_place() == 0);
+    CHECK_THROWS_AS((void)round.advance(), std::logic_error);
+    // A fresh round, taken to its end: one more is refused.
+    decode_round last = p->decode(ids);
+    const std::uint64_t left = last.rounds_in_place();
+    for (std::uint64_t r = 0; r < left; ++r) (void)last.advance();
+    CHECK_THROWS_AS((void)last.advance(), std::logic_error);
+    // A round that did not grow every id leases nothing.
+    const std::vector<request_id> with_unknown{ids[0], request_id{424242}};
+    CHECK_THROWS_AS((void)p->decode(with_unknown), std::invalid_argument);
+    CHECK_THROWS_AS((void)decode_round{}.advance(), std::logic_error);
+    for (const request_id id : {request_id{1}, request_id{2}, request_id{3}}) p->release(id, release_reason::finished);
     check_stats(*p);
   }
 

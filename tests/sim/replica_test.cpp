@@ -279,7 +279,7 @@ TEST_CASE("replica: measure_wall off reads no clock and changes nothing else") {
 namespace {
 
 /// Forwards every call to `inner` but answers no in-place rounds, so that the replica runs every
-/// step through the event queue (Note [Decode stretches]).
+/// step through the event queue (Note [One decode protocol]).
 class without_stretches final : public kv_policy {
  public:
   explicit without_stretches(std::unique_ptr<kv_policy> inner) : inner_(std::move(inner)) {}
@@ -287,7 +287,7 @@ class without_stretches final : public kv_policy {
  private:
   kv_admit_result do_admit(const kv_request& r) override { return inner_->admit(r); }
   bool do_grow(request_id id, std::uint64_t tokens) override { return inner_->grow(id, tokens); }
-  std::size_t do_grow_each(std::span<const request_id> ids) override { return inner_->grow_each(ids); }
+  std::size_t do_decode(std::span<const request_id> ids) override { return inner_->decode(ids).grown(); }
   void do_release(request_id id, release_reason why) override { inner_->release(id, why); }
   [[nodiscard]] kv_stats do_stats() const override { return inner_->stats(); }
   [[nodiscard]] kv_memory_view do_memory_view() const override { return inner_->memory_view(); }
