@@ -18,12 +18,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "bench/bench_support.hpp"
 #include "core/async_mapper.hpp"
 #include "core/eviction_policy.hpp"
+#include "core/mutex.hpp"
 #include "core/operations.hpp"
 #include "sim/accounting_backend.hpp"
 
@@ -89,7 +89,7 @@ BENCHMARK_CAPTURE(BM_map_chunks, run, true)->ArgName("n")->Arg(32)->Arg(800);
 void BM_worker_job(benchmark::State& state, bool inline_jobs) {
   const auto n = static_cast<std::size_t>(state.range(0));
   sim_backend sim = zero_cost_device();
-  std::mutex backend_mutex;
+  vtensor::mutex backend_mutex;
   const device_addr base = sim.reserve(n * k_chunk_bytes);
   std::vector<chunk_handle> handles;
   for (std::size_t i = 0; i < n; ++i) handles.push_back(*sim.create_chunk());

@@ -29,15 +29,15 @@ thread_local bool t_on_worker = false;  // async_mapper::on_worker()
 
 bool async_mapper::on_worker() { return t_on_worker; }
 
-async_mapper::async_mapper(vmm_backend& backend, std::mutex& backend_mutex, bool inline_jobs)
-    : backend_(backend), backend_mutex_(backend_mutex), inline_(inline_jobs) {
+async_mapper::async_mapper(vmm_backend& backend, mutex& backend_mutex, bool inline_jobs)
+    : backend_(backend), backend_mutex_(backend_mutex), chunk_bytes_(backend.chunk_bytes()), inline_(inline_jobs) {
   if (!inline_) thread_ = std::thread([this] { run(); });
 }
 
 async_mapper::~async_mapper() {
   if (!thread_.joinable()) return;  // inline: every job ran in submit()
   {
-    std::lock_guard lock(mutex_);
+    const mutex_lock lock(mutex_);
     stop_ = true;
   }
   work_cv_.notify_all();
@@ -47,7 +47,7 @@ async_mapper::~async_mapper() {
 std::uint64_t async_mapper::submit(mapping_job job) {
   std::uint64_t ticket = 0;
   {
-    std::lock_guard lock(mutex_);
+    const mutex_lock lock(mutex_);
     ticket = ++submitted_;
     if (!inline_) queue_.emplace_back(ticket, std::move(job));
   }
@@ -70,7 +70,7 @@ void async_mapper::run_inline(std::uint64_t ticket, const mapping_job& job) {
       worker_scope(const worker_scope&) = delete;
       worker_scope& operator=(const worker_scope&) = delete;
     } scope;
-    std::lock_guard backend_lock(backend_mutex_);
+    const mutex_lock backend_lock(backend_mutex_);
     const std::uint64_t before = backend_.counters().total_time_ns();
     try {
       run_job(ticket, job, created, charged);
@@ -83,30 +83,30 @@ void async_mapper::run_inline(std::uint64_t ticket, const mapping_job& job) {
 }
 
 bool async_mapper::done(std::uint64_t ticket) const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   return completed_ >= ticket;
 }
 
 std::optional<std::size_t> async_mapper::idle_created() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   if (completed_ < submitted_) return std::nullopt;
   return created_.size();
 }
 
 std::uint64_t async_mapper::last_ticket() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   return submitted_;
 }
 
 void async_mapper::wait(std::uint64_t ticket, bool step_wait) {
-  std::unique_lock lock(mutex_);
+  const mutex_lock lock(mutex_);
   if (completed_ < ticket) {
     // The worker cannot finish the job while the step thread holds the driver (Note [Driver
     // hand-over]): let go while blocked, take it back after.
     const bool held = step_holds_driver_.load(std::memory_order_acquire);
     if (held) release_driver();
     const auto t0 = std::chrono::steady_clock::now();
-    done_cv_.wait(lock, [&] { return completed_ >= ticket; });
+    while (completed_ < ticket) done_cv_.wait(mutex_);
     if (held) hold_driver();
     if (step_wait) {
       ++counters_.waits;
@@ -122,12 +122,12 @@ void async_mapper::wait(std::uint64_t ticket, bool step_wait) {
 }
 
 std::vector<chunk_handle> async_mapper::take_created() {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   return std::exchange(created_, {});
 }
 
 async_counters async_mapper::counters() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   return counters_;
 }
 
@@ -155,21 +155,22 @@ async_counters async_mapper::counters() const {
 template <class F>
 void async_mapper::locked_call(std::uint64_t& charged, F&& f) {
   if (inline_) {  // run_inline holds the backend lock and measures the whole job
-    f();
+    backend_mutex_.assert_held();
+    f(backend_);
     return;
   }
   step_holds_driver_.wait(true, std::memory_order_acquire);  // Note [Driver hand-over]
-  std::lock_guard backend_lock(backend_mutex_);              // one driver call at a time (Note [Driver contention])
+  const mutex_lock backend_lock(backend_mutex_);             // one driver call at a time (Note [Driver contention])
   const std::uint64_t before = backend_.counters().total_time_ns();
-  f();
+  f(backend_);
   charged += backend_.counters().total_time_ns() - before;
 }
 
 void async_mapper::unmap_skipping_failed(const unmap_entry& u, std::uint64_t& charged) {
-  const std::uint64_t chunk = backend_.chunk_bytes();
+  const std::uint64_t chunk = chunk_bytes_;
   std::vector<std::pair<device_addr, std::uint64_t>> runs;
   {
-    std::lock_guard lock(mutex_);
+    const mutex_lock lock(mutex_);
     if (failed_vas_.empty()) {
       runs.emplace_back(u.va, u.bytes);
     } else {
@@ -189,8 +190,8 @@ void async_mapper::unmap_skipping_failed(const unmap_entry& u, std::uint64_t& ch
       std::erase_if(failed_, [](const failed_job& f) { return f.job.maps.empty(); });
     }
   }
-  for (const auto& run : runs) locked_call(charged, [&] { backend_.unmap(run.first, run.second); });
-  std::lock_guard lock(mutex_);
+  for (const auto& run : runs) locked_call(charged, [&](vmm_backend& b) { b.unmap(run.first, run.second); });
+  const mutex_lock lock(mutex_);
   for (const auto& r : runs) counters_.unmapped_chunks += r.second / chunk;
 }
 
@@ -205,22 +206,22 @@ void async_mapper::unmap_runs(const std::vector<unmap_entry>& unmaps, std::uint6
   if (unmaps.empty()) return;
   bool any_failed = true;
   if (inline_) {
-    std::lock_guard lock(mutex_);
+    const mutex_lock lock(mutex_);
     any_failed = !failed_vas_.empty();
   }
   if (any_failed) {
     for (const unmap_entry& u : unmaps) unmap_skipping_failed(u, charged);
     return;
   }
-  const std::uint64_t chunk = backend_.chunk_bytes();
+  const std::uint64_t chunk = chunk_bytes_;
   std::uint64_t chunks = 0;
   const auto count = [&] {
-    std::lock_guard lock(mutex_);
+    const mutex_lock lock(mutex_);
     counters_.unmapped_chunks += chunks;
   };
   try {
     for (const unmap_entry& u : unmaps) {
-      locked_call(charged, [&] { backend_.unmap(u.va, u.bytes); });
+      locked_call(charged, [&](vmm_backend& b) { b.unmap(u.va, u.bytes); });
       chunks += u.bytes / chunk;
     }
   } catch (...) {
@@ -232,43 +233,44 @@ void async_mapper::unmap_runs(const std::vector<unmap_entry>& unmaps, std::uint6
 
 void async_mapper::run_job(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
                            std::uint64_t& charged) {
-  const std::uint64_t chunk = backend_.chunk_bytes();
+  const std::uint64_t chunk = chunk_bytes_;
   std::size_t done = 0;
   try {
     if (inline_) {  // the backend lock is held: the job's runs at once (Note [Runs of maps])
-      backend_.map_runs_with_access(job.maps, done);
+      locked_call(charged, [&](vmm_backend& b) { b.map_runs_with_access(job.maps, done); });
     } else {  // one driver call per lock, so that the step thread's calls get in between
       for (; done < job.maps.size(); ++done) {
-        locked_call(charged, [&] { backend_.map_with_access(job.maps[done].va, job.maps[done].handle); });
+        locked_call(charged, [&](vmm_backend& b) { b.map_with_access(job.maps[done].va, job.maps[done].handle); });
       }
     }
   } catch (...) {  // the failed call undid itself; undo the others, keep the job for a retry
-    for (std::size_t i = 0; i < done; ++i) locked_call(charged, [&] { backend_.unmap(job.maps[i].va, chunk); });
+    for (std::size_t i = 0; i < done; ++i)
+      locked_call(charged, [&](vmm_backend& b) { b.unmap(job.maps[i].va, chunk); });
     failed_job f{ticket, {}, std::current_exception()};
     f.job.maps = job.maps;
-    std::lock_guard lock(mutex_);
+    const mutex_lock lock(mutex_);
     for (const mapping_entry& m : job.maps) failed_vas_[m.va] = ticket;
     failed_.push_back(std::move(f));
     ++counters_.failed_jobs;
   }
   for (std::uint32_t i = 0; i < job.create_chunks; ++i) {
     std::optional<chunk_handle> h;
-    locked_call(charged, [&] { h = backend_.create_chunk(); });
+    locked_call(charged, [&](vmm_backend& b) { h = b.create_chunk(); });
     if (!h) break;  // out of memory: creating ahead is best effort
     created.push_back(*h);
   }
   unmap_runs(job.unmaps, charged);
-  for (device_addr base : job.free_ranges) locked_call(charged, [&] { backend_.free_range(base); });
+  for (device_addr base : job.free_ranges) locked_call(charged, [&](vmm_backend& b) { b.free_range(base); });
 }
 
 std::vector<failed_job> async_mapper::take_failed() {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   failed_vas_.clear();
   return std::exchange(failed_, {});
 }
 
 void async_mapper::restore_failed(std::vector<failed_job> jobs) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   for (failed_job& f : jobs) {
     for (const mapping_entry& m : f.job.maps) failed_vas_[m.va] = f.ticket;
     failed_.push_back(std::move(f));
@@ -276,7 +278,7 @@ void async_mapper::restore_failed(std::vector<failed_job> jobs) {
 }
 
 std::vector<device_addr> async_mapper::forget_failed(device_addr lo, device_addr hi) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   std::vector<device_addr> out;
   if (failed_vas_.empty()) return out;
   for (auto it = failed_vas_.begin(); it != failed_vas_.end();) {
@@ -296,7 +298,7 @@ std::vector<device_addr> async_mapper::forget_failed(device_addr lo, device_addr
 }
 
 std::size_t async_mapper::unmapped_failed() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   return failed_vas_.size();
 }
 
@@ -305,8 +307,8 @@ void async_mapper::run() {
   for (;;) {
     std::pair<std::uint64_t, mapping_job> item;
     {
-      std::unique_lock lock(mutex_);
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      const mutex_lock lock(mutex_);
+      while (!stop_ && queue_.empty()) work_cv_.wait(mutex_);
       if (queue_.empty()) return;  // stop_ and drained
       item = std::move(queue_.front());
       queue_.pop_front();
@@ -327,7 +329,7 @@ void async_mapper::run() {
 void async_mapper::complete(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
                             std::uint64_t charged, std::exception_ptr error) {
   {
-    std::lock_guard lock(mutex_);
+    const mutex_lock lock(mutex_);
     counters_.mapped_chunks += job.chunks();
     counters_.worker_vmm_ns += charged;
     created_.insert(created_.end(), created.begin(), created.end());

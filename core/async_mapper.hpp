@@ -3,6 +3,8 @@
 /// set-access) and creates chunks ahead of need, so that a decode step only waits when a mapping
 /// it needs is not done yet. One thread, because the driver serialises VMM calls: more threads do
 /// not map faster (backends/calibration/README.md).
+/// Threads: every public method may be called while the worker runs; the mapper's state is
+/// guarded by its own mutex, the backend by the caller's backend lock (checked by the clang build).
 ///
 /// Note [Deferred mappings]: the pool's bookkeeping (vSet, pSet) is done by the caller when it
 /// submits a job, as if the mapping were in place; only the driver calls are deferred. Whoever
@@ -23,17 +25,18 @@
 /// device keeps the thread, whose calls overlap the step's.
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "backends/vmm_backend.hpp"
+#include "core/cond_var.hpp"
+#include "core/mutex.hpp"
+#include "core/thread_annotations.hpp"
 
 namespace vtensor {
 
@@ -84,40 +87,40 @@ struct async_counters {
 class async_mapper {
  public:
   /// With `inline_jobs`, no thread: each job runs in submit() (Note [Inline worker]).
-  async_mapper(vmm_backend& backend, std::mutex& backend_mutex, bool inline_jobs = false);
+  async_mapper(vmm_backend& backend, mutex& backend_mutex, bool inline_jobs = false);
   ~async_mapper();  ///< drains, then stops the thread
   async_mapper(const async_mapper&) = delete;
   async_mapper& operator=(const async_mapper&) = delete;
 
   /// Queues `job`; returns its ticket (tickets grow by one per job).
-  std::uint64_t submit(mapping_job job);
+  std::uint64_t submit(mapping_job job) EXCLUDES(mutex_);
   /// Blocks until job `ticket` is done; `step_wait` counts the wait as a step waiting for a
   /// mapping. Rethrows a driver error the worker met outside a map job (a failed map job is kept
   /// for take_failed() instead).
-  void wait(std::uint64_t ticket, bool step_wait);
+  void wait(std::uint64_t ticket, bool step_wait) EXCLUDES(mutex_);
   /// The failed map jobs not retried yet, oldest first; their pages leave the skip set (the
   /// caller maps them again, or gives them back with forget_failed()).
-  [[nodiscard]] std::vector<failed_job> take_failed();
+  [[nodiscard]] std::vector<failed_job> take_failed() EXCLUDES(mutex_);
   /// Puts back jobs whose retry failed too: later unmaps skip their pages.
-  void restore_failed(std::vector<failed_job> jobs);
+  void restore_failed(std::vector<failed_job> jobs) EXCLUDES(mutex_);
   /// Forgets the failed maps at addresses in [lo, hi) (the caller unmaps that range itself and
   /// skips them); returns their addresses, ascending.
-  [[nodiscard]] std::vector<device_addr> forget_failed(device_addr lo, device_addr hi);
+  [[nodiscard]] std::vector<device_addr> forget_failed(device_addr lo, device_addr hi) EXCLUDES(mutex_);
   /// Chunk mappings recorded by the caller that are not in the driver (failed, not retried).
-  [[nodiscard]] std::size_t unmapped_failed() const;
+  [[nodiscard]] std::size_t unmapped_failed() const EXCLUDES(mutex_);
   /// Waits for every job.
-  void drain() { wait(last_ticket(), false); }
+  void drain() EXCLUDES(mutex_) { wait(last_ticket(), false); }
   /// Whether job `ticket` is done.
-  [[nodiscard]] bool done(std::uint64_t ticket) const;
+  [[nodiscard]] bool done(std::uint64_t ticket) const EXCLUDES(mutex_);
   /// Chunks created but not taken yet, when every job submitted is done; nullopt while a job is
   /// queued or running. Called holding the backend lock, it describes the backend's state.
-  [[nodiscard]] std::optional<std::size_t> idle_created() const;
+  [[nodiscard]] std::optional<std::size_t> idle_created() const EXCLUDES(mutex_);
   /// The last ticket handed out.
-  [[nodiscard]] std::uint64_t last_ticket() const;
+  [[nodiscard]] std::uint64_t last_ticket() const EXCLUDES(mutex_);
   /// Chunks the worker created ahead, handed over once (the caller adopts them).
-  [[nodiscard]] std::vector<chunk_handle> take_created();
+  [[nodiscard]] std::vector<chunk_handle> take_created() EXCLUDES(mutex_);
   /// A copy of the counters.
-  [[nodiscard]] async_counters counters() const;
+  [[nodiscard]] async_counters counters() const EXCLUDES(mutex_);
   /// Whether jobs run in submit() (Note [Inline worker]).
   [[nodiscard]] bool inline_jobs() const { return inline_; }
   /// True on the worker thread, and on any thread while it runs an inline job: the calls it makes
@@ -135,36 +138,40 @@ class async_mapper {
   }
 
  private:
-  void run();
+  void run() EXCLUDES(mutex_);
   /// Runs job `ticket` on this thread, holding the backend lock throughout (Note [Inline worker]).
-  void run_inline(std::uint64_t ticket, const mapping_job& job);
+  void run_inline(std::uint64_t ticket, const mapping_job& job) EXCLUDES(mutex_, backend_mutex_);
   /// Books a job run (by the thread or inline) as done.
   void complete(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created, std::uint64_t charged,
-                std::exception_ptr error);
-  void run_job(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created,
-               std::uint64_t& charged);
-  void unmap_skipping_failed(const unmap_entry& u, std::uint64_t& charged);
+                std::exception_ptr error) EXCLUDES(mutex_);
+  /// The driver calls of a job; inline, the caller holds the backend lock (run_inline), else each
+  /// call takes it (locked_call).
+  void run_job(std::uint64_t ticket, const mapping_job& job, std::vector<chunk_handle>& created, std::uint64_t& charged)
+      EXCLUDES(mutex_);
+  void unmap_skipping_failed(const unmap_entry& u, std::uint64_t& charged) EXCLUDES(mutex_);
   /// Every run of a job's unmaps: skipping failed mappings (Note [Unmaps of an inline job]).
-  void unmap_runs(const std::vector<unmap_entry>& unmaps, std::uint64_t& charged);
+  void unmap_runs(const std::vector<unmap_entry>& unmaps, std::uint64_t& charged) EXCLUDES(mutex_);
+  /// Runs `f(backend)` holding the backend lock: taken for the call, or inline already held.
   template <class F>
-  void locked_call(std::uint64_t& charged, F&& f);
+  void locked_call(std::uint64_t& charged, F&& f) EXCLUDES(mutex_);
 
-  vmm_backend& backend_;
-  std::mutex& backend_mutex_;
-  mutable std::mutex mutex_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::deque<std::pair<std::uint64_t, mapping_job>> queue_;
-  std::vector<chunk_handle> created_;
-  std::uint64_t submitted_ = 0;
-  std::uint64_t completed_ = 0;
-  std::exception_ptr error_;
-  std::vector<failed_job> failed_;                             // failed map jobs, by ticket
-  std::unordered_map<device_addr, std::uint64_t> failed_vas_;  // their addresses -> ticket
-  bool stop_ = false;
+  vmm_backend& backend_ GUARDED_BY(backend_mutex_);
+  mutex& backend_mutex_;
+  const std::uint64_t chunk_bytes_;  // the backend's, a constant read without the lock
+  mutable mutex mutex_;
+  cond_var work_cv_;
+  cond_var done_cv_;
+  std::deque<std::pair<std::uint64_t, mapping_job>> queue_ GUARDED_BY(mutex_);
+  std::vector<chunk_handle> created_ GUARDED_BY(mutex_);
+  std::uint64_t submitted_ GUARDED_BY(mutex_) = 0;
+  std::uint64_t completed_ GUARDED_BY(mutex_) = 0;
+  std::exception_ptr error_ GUARDED_BY(mutex_);
+  std::vector<failed_job> failed_ GUARDED_BY(mutex_);                             // failed map jobs, by ticket
+  std::unordered_map<device_addr, std::uint64_t> failed_vas_ GUARDED_BY(mutex_);  // their addresses -> ticket
+  bool stop_ GUARDED_BY(mutex_) = false;
   std::atomic<bool> step_holds_driver_{false};  // Note [Driver hand-over]
-  bool inline_ = false;                         // jobs run in submit(), no thread
-  async_counters counters_;
+  bool inline_ = false;                         // jobs run in submit(), no thread; set once
+  async_counters counters_ GUARDED_BY(mutex_);
   std::thread thread_;
 };
 

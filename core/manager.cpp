@@ -47,7 +47,7 @@ void manager::check_sampled() const {
 
 create_result manager::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
                               std::uint64_t max_tokens) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   auto r = scheduler_.create(id, blocks, prompt_tokens, max_tokens);
   after_op();
@@ -55,7 +55,7 @@ create_result manager::create(request_id id, std::span<const token_block> blocks
 }
 
 extend_result manager::extend(request_id id, std::uint64_t tokens) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   auto r = scheduler_.extend(id, tokens);
   after_op();
@@ -63,7 +63,7 @@ extend_result manager::extend(request_id id, std::uint64_t tokens) {
 }
 
 std::size_t manager::extend_in_place(std::span<const request_id> ids, std::uint64_t tokens) {
-  std::lock_guard lock(mutex_);  // no driver call: no driver hand-over (Note [Driver hand-over])
+  const mutex_lock lock(mutex_);  // no driver call: no driver hand-over (Note [Driver hand-over])
   std::size_t n = 0;
   while (n < ids.size() && scheduler_.grow_in_place(ids[n], tokens)) ++n;
   if (n > 0) after_op();
@@ -71,7 +71,7 @@ std::size_t manager::extend_in_place(std::span<const request_id> ids, std::uint6
 }
 
 round_lease manager::lease_rounds(std::span<const request_id> ids) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   round_lease lease;
   lease.generation_ = generation_;
   lease.rounds_ = scheduler_.in_place_rounds(ids);
@@ -79,7 +79,7 @@ round_lease manager::lease_rounds(std::span<const request_id> ids) {
 }
 
 memory_stats manager::grow_round(round_lease& lease) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   if (lease.generation_ != generation_ || lease.rounds_ == 0) {
     throw std::logic_error("manager::grow_round: the lease has no round left, or an operation came since");
   }
@@ -90,7 +90,7 @@ memory_stats manager::grow_round(round_lease& lease) {
 }
 
 create_result manager::fork(request_id parent, request_id child) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   auto r = scheduler_.fork(parent, child);
   after_op();
@@ -98,7 +98,7 @@ create_result manager::fork(request_id parent, request_id child) {
 }
 
 op_effects manager::finish(request_id id, std::span<const token_block> extra_blocks) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.finish(id, extra_blocks);
   after_op();
@@ -106,7 +106,7 @@ op_effects manager::finish(request_id id, std::span<const token_block> extra_blo
 }
 
 op_effects manager::preempt(request_id id) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.preempt(id);
   after_op();
@@ -114,14 +114,14 @@ op_effects manager::preempt(request_id id) {
 }
 
 std::optional<vtensor_view> manager::view(request_id id) const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const vtensor_record* r = scheduler_.find(id);
   if (r == nullptr) return std::nullopt;
   return scheduler_.view(*r);
 }
 
 layer_addressing manager::layer(request_id id, std::uint32_t layer) const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const vtensor_record* r = scheduler_.find(id);
   if (r == nullptr) throw std::invalid_argument(fmt::format("request {} is not live", id.value));
   layer_addressing a = geometry_.layer(layer, r->tensor_span_bytes);
@@ -130,10 +130,13 @@ layer_addressing manager::layer(request_id id, std::uint32_t layer) const {
   return a;
 }
 
-std::uint64_t manager::ahead_bytes() const { return scheduler_.ahead_bytes(); }
+std::uint64_t manager::ahead_bytes() const {
+  const mutex_lock lock(mutex_);
+  return scheduler_.ahead_bytes();
+}
 
 manager_stats manager::stats() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const operations& ops = scheduler_.ops();
   manager_stats s;
   s.memory = scheduler_.memory();
@@ -162,44 +165,44 @@ manager_stats manager::stats() const {
 }
 
 memory_stats manager::memory() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   return scheduler_.memory();
 }
 
 vmm_counters manager::vmm() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   return scheduler_.ops().vmm_stats();
 }
 
 std::uint64_t manager::chunks_created() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   return scheduler_.ops().counters().chunks_created;
 }
 
 std::size_t manager::trim() {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   return scheduler_.trim();
 }
 
 void manager::shutdown() {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
   scheduler_.shutdown();
 }
 
 void manager::settle() {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   scheduler_.settle();
 }
 
 void manager::check_invariants() const {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   scheduler_.check_invariants();
 }
 
 void manager::set_device_copy(device_copy_fn fn) {
-  std::lock_guard lock(mutex_);
+  const mutex_lock lock(mutex_);
   scheduler_.set_device_copy(std::move(fn));
 }
 

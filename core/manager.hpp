@@ -2,11 +2,11 @@
 /// VTM, the vTensor manager: the public API. Request ids in, device pointers out (with what
 /// each call did: Note [Effects of a call] in scheduler.cpp), a stats snapshot, and the
 /// invariant check. Every method is safe to call from several threads (one
-/// mutex serialises them, as the driver serialises VMM calls anyway).
+/// mutex serialises them, as the driver serialises VMM calls anyway; the clang build checks it:
+/// core/thread_annotations.hpp).
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -14,6 +14,7 @@
 #include "backends/vmm_backend.hpp"
 #include "core/kv_geometry.hpp"
 #include "core/memory_stats.hpp"
+#include "core/mutex.hpp"
 #include "core/scheduler.hpp"
 #include "core/vtensor.hpp"
 
@@ -91,69 +92,69 @@ class manager {
   /// needs_preemption nothing changed. Throws std::invalid_argument on bad arguments, vmm_error
   /// on a driver failure (nothing is left behind).
   create_result create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
-                       std::uint64_t max_tokens = 0);
+                       std::uint64_t max_tokens = 0) EXCLUDES(mutex_);
   /// Grows request `id` by `tokens`; the pointer never moves. On needs_preemption nothing
   /// changed (but cached prefixes may have been evicted).
-  extend_result extend(request_id id, std::uint64_t tokens);
+  extend_result extend(request_id id, std::uint64_t tokens) EXCLUDES(mutex_);
   /// extend(id, tokens) for each of `ids` in turn while it needs nothing but counting
   /// (scheduler::grow_in_place()), under one lock; returns how many grew. The first id not grown
   /// (if any) is untouched: call extend() for it.
-  std::size_t extend_in_place(std::span<const request_id> ids, std::uint64_t tokens);
+  std::size_t extend_in_place(std::span<const request_id> ids, std::uint64_t tokens) EXCLUDES(mutex_);
   /// A lease on the rounds of extend_in_place(ids, 1) that would grow every one of `ids` in place
   /// (none when one is not live): Note [Decode rounds of the manager].
-  [[nodiscard]] round_lease lease_rounds(std::span<const request_id> ids);
+  [[nodiscard]] round_lease lease_rounds(std::span<const request_id> ids) EXCLUDES(mutex_);
   /// One round of `lease`: extend_in_place(ids, 1) for its ids, without looking them up. Returns
   /// memory() after the round, read under the same lock (a replay reads it after every step).
   /// Throws std::logic_error when the lease has no round left or another operation came since.
-  memory_stats grow_round(round_lease& lease);
+  memory_stats grow_round(round_lease& lease) EXCLUDES(mutex_);
   /// Forks live request `parent` into new request `child` sharing its whole pages.
-  create_result fork(request_id parent, request_id child);
+  create_result fork(request_id parent, request_id child) EXCLUDES(mutex_);
   /// Ends request `id`: its prefix is recorded for reuse, its memory returns to the pool.
-  op_effects finish(request_id id, std::span<const token_block> extra_blocks = {});
+  op_effects finish(request_id id, std::span<const token_block> extra_blocks = {}) EXCLUDES(mutex_);
   /// Drops request `id` to free memory.
-  op_effects preempt(request_id id);
+  op_effects preempt(request_id id) EXCLUDES(mutex_);
 
   /// Pointers and sizes of a live request, or nullopt.
-  [[nodiscard]] std::optional<vtensor_view> view(request_id id) const;
+  [[nodiscard]] std::optional<vtensor_view> view(request_id id) const EXCLUDES(mutex_);
   /// Device address of layer `layer`'s K (or V) for request `id`, with its token stride.
-  [[nodiscard]] layer_addressing layer(request_id id, std::uint32_t layer) const;
+  [[nodiscard]] layer_addressing layer(request_id id, std::uint32_t layer) const EXCLUDES(mutex_);
   /// Memory and activity now.
-  [[nodiscard]] manager_stats stats() const;
+  [[nodiscard]] manager_stats stats() const EXCLUDES(mutex_);
   /// stats().memory alone (cheaper: a replay reads it after every step).
-  [[nodiscard]] memory_stats memory() const;
+  [[nodiscard]] memory_stats memory() const EXCLUDES(mutex_);
   /// stats().vmm alone.
-  [[nodiscard]] vmm_counters vmm() const;
+  [[nodiscard]] vmm_counters vmm() const EXCLUDES(mutex_);
   /// stats().chunks_created alone.
-  [[nodiscard]] std::uint64_t chunks_created() const;
+  [[nodiscard]] std::uint64_t chunks_created() const EXCLUDES(mutex_);
   /// Bytes mapped ahead of live requests' tokens (scheduler::ahead_bytes()).
-  [[nodiscard]] std::uint64_t ahead_bytes() const;
+  [[nodiscard]] std::uint64_t ahead_bytes() const EXCLUDES(mutex_);
   /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
-  std::size_t trim();
+  std::size_t trim() EXCLUDES(mutex_);
   /// Drops all live requests and the prefix cache and releases everything to the driver. The
   /// manager stays usable.
-  void shutdown();
+  void shutdown() EXCLUDES(mutex_);
   /// Waits for the mapping worker's jobs and takes in the chunks it created (see
   /// scheduler::settle()). Call it before a check or a reading that must see a quiet state.
-  void settle();
+  void settle() EXCLUDES(mutex_);
   /// Checks every invariant of docs/invariants.md; throws std::logic_error naming the first
   /// broken. Only reads: jobs of the mapping worker in flight are not waited for, and what they
   /// leave undecided is not compared (Note [Checking with jobs in flight] in operations.cpp).
-  void check_invariants() const;
+  void check_invariants() const EXCLUDES(mutex_);
 
   [[nodiscard]] const kv_geometry& geometry() const { return geometry_; }
   /// Installs the device copy for copy-on-write (GPU backends).
-  void set_device_copy(device_copy_fn fn);
+  void set_device_copy(device_copy_fn fn) EXCLUDES(mutex_);
 
  private:
   /// After an operation that can change a request: a new generation, and the sampled checks.
-  void after_op();
-  void check_sampled() const;
+  void after_op() REQUIRES(mutex_);
+  void check_sampled() const REQUIRES(mutex_);
 
-  kv_geometry geometry_;
-  mutable std::mutex mutex_;
-  std::uint64_t generation_ = 0;               // Note [Decode rounds of the manager]
-  mutable std::uint64_t ops_since_check_ = 0;  // Note [Sampled expensive checks]
-  scheduler scheduler_;
+  const kv_geometry geometry_;  // read without the lock
+  mutable mutex mutex_;
+  std::uint64_t generation_ GUARDED_BY(mutex_) = 0;               // Note [Decode rounds of the manager]
+  mutable std::uint64_t ops_since_check_ GUARDED_BY(mutex_) = 0;  // Note [Sampled expensive checks]
+  scheduler scheduler_ GUARDED_BY(mutex_);
 };
 
 }  // namespace vtensor

@@ -274,7 +274,7 @@ void operations::copy_prefix(device_addr dst, chunk_id src, std::uint64_t bytes)
     }
     return;
   }
-  std::lock_guard lock(backend_mutex_);
+  const mutex_lock lock(backend_mutex_);
   if (scratch_ == 0) scratch_ = backend_.reserve(geometry_.chunk_bytes());
   backend_.map_with_access(scratch_, r.handle);
   try {
@@ -289,7 +289,7 @@ void operations::copy_prefix(device_addr dst, chunk_id src, std::uint64_t bytes)
 std::size_t operations::trim() {
   drain();
   adopt_created();
-  std::lock_guard lock(backend_mutex_);
+  const mutex_lock lock(backend_mutex_);
   std::size_t released = 0;
   while (auto c = pset_.take_free()) {
     backend_.release_chunk(pset_.forget(*c));
@@ -305,7 +305,9 @@ std::size_t operations::trim() {
 }
 
 void operations::enable_async(bool inline_jobs) {
-  if (!mapper_) mapper_ = std::make_unique<async_mapper>(backend_, backend_mutex_, inline_jobs);
+  if (mapper_) return;
+  const mutex_lock lock(backend_mutex_);  // passing the backend on counts as using it (free: no worker yet)
+  mapper_ = std::make_unique<async_mapper>(backend_, backend_mutex_, inline_jobs);
 }
 
 std::uint64_t operations::submit(mapping_job job) {
@@ -343,7 +345,7 @@ void operations::create_ahead(std::uint32_t low_watermark) {
 async_counters operations::async_stats() const { return mapper_ ? mapper_->counters() : async_counters{}; }
 
 vmm_counters operations::vmm_stats() const {
-  std::lock_guard lock(backend_mutex_);
+  const mutex_lock lock(backend_mutex_);
   return backend_.counters();
 }
 
@@ -432,7 +434,7 @@ void operations::check_invariants() const {
 // idle stays idle until the check is over.
 std::optional<operations::idle_backend> operations::backend_if_idle() const {
   if (mapper_ && !mapper_->idle_created()) return std::nullopt;  // a job in flight: do not wait for the lock
-  std::lock_guard lock(backend_mutex_);
+  const mutex_lock lock(backend_mutex_);
   const std::size_t unadopted = mapper_ ? mapper_->idle_created().value_or(0) : 0;
   return idle_backend{backend_.live(), unadopted, mapper_ ? mapper_->unmapped_failed() : 0};
 }

@@ -4,12 +4,13 @@
 /// unmap, lazy deallocation (chunks go to the free pool; the driver gets them back only through
 /// trim() or shutdown), eviction of cached prefixes, and copy-on-write of partial prefix pages.
 /// Owns the vTensor pool: pSet, vSet and rTree.
+/// Threads: not thread-safe (the manager serialises calls), but for the backend, which the mapping
+/// worker calls too: every call to it holds `backend_mutex_` (checked by the clang build).
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "core/async_mapper.hpp"
 #include "core/eviction_policy.hpp"
 #include "core/kv_geometry.hpp"
+#include "core/mutex.hpp"
 #include "core/pset.hpp"
 #include "core/radix_tree.hpp"
 #include "core/vset.hpp"
@@ -213,19 +215,19 @@ class operations {
   /// found taken is a wait behind the worker's call in flight: counted and timed in wall time,
   /// the measured side of the modelled contention.
   template <class F>
-  decltype(auto) vmm(F&& f) const {
-    std::unique_lock lock(backend_mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) {
+  decltype(auto) vmm(F&& f) const EXCLUDES(backend_mutex_) {
+    if (!backend_mutex_.try_lock()) {
       const auto start = std::chrono::steady_clock::now();
-      lock.lock();
+      backend_mutex_.lock();
       ++lock_waits_;
       lock_wait_ns_ += static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     }
+    const mutex_lock lock(backend_mutex_, std::adopt_lock);
     return f(backend_);
   }
 
-  vmm_backend& backend_;
+  vmm_backend& backend_ GUARDED_BY(backend_mutex_);
   kv_geometry geometry_;
   std::uint64_t vtensor_bytes_;
   std::size_t range_cache_limit_;
@@ -236,7 +238,7 @@ class operations {
   std::vector<device_addr> range_cache_;
   device_addr scratch_ = 0;
   device_copy_fn copy_;
-  mutable std::mutex backend_mutex_;
+  mutable mutex backend_mutex_;
   mutable std::uint64_t lock_waits_ = 0;    // step-thread waits for backend_mutex_ in vmm()
   mutable std::uint64_t lock_wait_ns_ = 0;  // their wall time
   std::unique_ptr<async_mapper> mapper_;    // declared after what it uses: destroyed (drained) first

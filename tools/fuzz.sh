@@ -3,6 +3,8 @@
 # for SECONDS (default 30) from a seed corpus made of the repository's traces, the tests' bad
 # inputs and the shipped configuration files. Exit 1 on any crash, sanitizer report, leak or
 # timeout (libFuzzer's own exit), with the reproducer left in build-fuzz/findings/.
+# The build is the clang one: it fails on a thread-safety violation (-Werror=thread-safety,
+# CMakeLists.txt).
 # Usage: tools/fuzz.sh [SECONDS]     (installs clang-14 and libclang-rt-14-dev when missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,7 +11,8 @@
 #      sanitizer report failing its test (halt_on_error, leaks checked at exit);
 #   4. ThreadSanitizer (preset `tsan`, build-tsan/): the tests of the mapping worker and the
 #      pipeline, and of concurrent manager callers (the code with two threads);
-#   5. every libFuzzer harness for FUZZ_SECONDS (default 30) each (tools/fuzz.sh).
+#   5. every libFuzzer harness for FUZZ_SECONDS (default 30) each (tools/fuzz.sh); its clang build
+#      also checks the thread-safety annotations (core/thread_annotations.hpp): a violation fails it.
 # Stages after the first failure do not run; the exit code is the failing stage's. Set
 # VTENSOR_TEST_STAGES to a subset of "release asan tsan fuzz" to run fewer (default: all).
 set -euo pipefail

@@ -36,6 +36,7 @@
 
 #include "backends/registry.hpp"
 #include "core/async_mapper.hpp"
+#include "core/mutex.hpp"
 #include "sim/contention_model.hpp"
 #include "traces/atomic_output_file.hpp"
 
@@ -147,7 +148,7 @@ class probe {
   }
 
   vmm_backend& b_;
-  std::mutex mutex_;
+  vtensor::mutex mutex_;
   async_mapper mapper_;  // after mutex_, before the chunks: drained first
   std::uint32_t map_chunks_, unmap_chunks_;
   device_addr range_ = 0, spare_range_ = 0;

@@ -21,6 +21,7 @@
 #include "backends/sim_backend.hpp"
 #include "core/async_mapper.hpp"
 #include "core/manager.hpp"
+#include "core/mutex.hpp"
 #include "tests/support/recording_backend.hpp"
 
 using namespace vtensor;
@@ -195,7 +196,7 @@ TEST_CASE("pipeline: a step-thread operation waits for the worker's call in flig
 
 TEST_CASE("async mapper: while the step thread holds the driver the worker starts no call, and a wait lets go") {
   sided b;
-  std::mutex backend_lock;
+  vtensor::mutex backend_lock;
   const device_addr va = b.reserve(4ull << 20);
   const chunk_handle c1 = *b.create_chunk();
   const chunk_handle c2 = *b.create_chunk();

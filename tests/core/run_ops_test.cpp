@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "core/async_mapper.hpp"
 #include "core/eviction_policy.hpp"
 #include "core/model_presets.hpp"
+#include "core/mutex.hpp"
 #include "core/operations.hpp"
 #include "core/pset.hpp"
 #include "sim/accounting_backend.hpp"
@@ -274,7 +274,7 @@ TEST_CASE("pset: a run taken from the free pool comes in single-take order, and 
 
 TEST_CASE("async_mapper inline: a job runs in submit, as the worker's, and a failed map waits for a retry") {
   sim_backend sim(sim_backend::k_unlimited, latency_model::h200());
-  std::mutex backend_mutex;
+  vtensor::mutex backend_mutex;
   const device_addr base = sim.reserve(4 * k_chunk_bytes);
   const chunk_handle h = *sim.create_chunk();
   async_mapper mapper(sim, backend_mutex, /*inline_jobs=*/true);
@@ -308,7 +308,7 @@ TEST_CASE("async_mapper inline: a job runs in submit, as the worker's, and a fai
 
 TEST_CASE("async_mapper inline: a release's unmaps skip the spans whose map failed, and count the chunks unmapped") {
   sim_backend sim(sim_backend::k_unlimited, latency_model::h200());
-  std::mutex backend_mutex;
+  vtensor::mutex backend_mutex;
   const device_addr a = sim.reserve(4 * k_chunk_bytes);
   const device_addr b = sim.reserve(2 * k_chunk_bytes);
   std::vector<chunk_handle> h;
