@@ -38,13 +38,14 @@ namespace {
 struct registry_entry {
   std::string_view name;
   std::unique_ptr<vmm_backend> (*make)(const backend_config&);
+  bool simulated;  // calls take no wall time
 };
 
 /// Every backend of this build, one entry each (cuda when the toolkit was found at configure time).
 constexpr std::array k_registry = {
-    registry_entry{"sim", &make_sim},
+    registry_entry{"sim", &make_sim, true},
 #if VTENSOR_HAVE_CUDA
-    registry_entry{"cuda", &make_cuda},
+    registry_entry{"cuda", &make_cuda, false},
 #endif
 };
 
@@ -57,6 +58,13 @@ std::vector<std::string> backend_names() {
     names.emplace_back(entry.name);
   }
   return names;
+}
+
+bool backend_is_simulated(std::string_view name) {
+  for (const registry_entry& entry : k_registry) {
+    if (entry.name == name) return entry.simulated;
+  }
+  return false;
 }
 
 std::unique_ptr<vmm_backend> make_backend(std::string_view name, const backend_config& config) {

@@ -41,6 +41,10 @@ class unknown_backend_error : public std::invalid_argument {
 /// Names of the backends this build has, in registry order ("sim" first).
 [[nodiscard]] std::vector<std::string> backend_names();
 
+/// Whether backend `name` is simulated: its calls take no wall time and nothing it does depends
+/// on wall time (`sim`); false for a real device and for a name this build lacks.
+[[nodiscard]] bool backend_is_simulated(std::string_view name);
+
 /// Builds the backend `name` for `config`. Throws unknown_backend_error (message lists the names
 /// this build has), calibration_error for a bad calibration file, or what the backend throws.
 [[nodiscard]] std::unique_ptr<vmm_backend> make_backend(std::string_view name, const backend_config& config);

@@ -32,6 +32,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -163,6 +164,11 @@ struct kv_stats {
   vmm_counters vmm;                     ///< VMM calls and charged time per kind (zero if none)
 };
 
+/// What a run's "vmm_critical_path" says the step waits for, in the words two policies share.
+inline constexpr std::string_view k_critical_path_synchronous = "all VMM calls (synchronous mapping)";
+inline constexpr std::string_view k_critical_path_lookahead_worker =
+    "step-thread calls + modelled waits (lookahead mapped by the worker)";
+
 class kv_policy;
 
 /// A step's decode round and the lease on the rounds after it (Note [One decode protocol]).
@@ -262,6 +268,22 @@ class kv_policy {
   /// Throws std::logic_error when the policy's structures disagree. Only reads: work still in
   /// flight in the background is neither waited for nor checked against.
   void check_invariants() const { do_check_invariants(); }
+  /// Whether the replica admits pipelined (Note [Pipelined admission in the replica] in
+  /// replica.hpp): a step's admissions decided while the step before it runs. run_replay() sets
+  /// replica_config::pipeline from it.
+  [[nodiscard]] bool pipelined() const { return do_pipelined(); }
+  /// Adds the policy's part of a run's "config": "pipeline" (pipelined()) and
+  /// "vmm_critical_path", which VMM time the step waits for (docs/metrics.md).
+  void add_run_config(nlohmann::ordered_json& config) const {
+    config["pipeline"] = pipelined();
+    config["vmm_critical_path"] = std::string(do_vmm_critical_path());
+  }
+  /// Adds the figures of the policy's own model to a summary's "vmm_model" (written for
+  /// policies with a vmm_report()); none by default.
+  void extra_figures(nlohmann::ordered_json& vmm_model) const { do_extra_figures(vmm_model); }
+  /// Whether the size of the free pool follows wall time (chunks created ahead by a worker), so
+  /// that two backends' runs compare their physical memory net of it (--compare-backends).
+  [[nodiscard]] bool free_pool_on_wall_time() const { return do_free_pool_on_wall_time(); }
 
  private:
   virtual kv_admit_result do_admit(const kv_request& r) = 0;
@@ -300,6 +322,12 @@ class kv_policy {
   [[nodiscard]] virtual std::string do_name() const = 0;
   [[nodiscard]] virtual nlohmann::ordered_json do_describe() const = 0;
   virtual void do_check_invariants() const {}
+  [[nodiscard]] virtual bool do_pipelined() const { return false; }
+  /// What replays have always reported for a policy without a mapping worker of its own (paged,
+  /// radix, static): the words of the default vtensor settings, kept so that outputs stay the same.
+  [[nodiscard]] virtual std::string_view do_vmm_critical_path() const { return k_critical_path_lookahead_worker; }
+  virtual void do_extra_figures(nlohmann::ordered_json& /*vmm_model*/) const {}
+  [[nodiscard]] virtual bool do_free_pool_on_wall_time() const { return false; }
 
   friend class decode_round;
   std::uint64_t generation_ = 0;  // mutating calls so far: a decode_round's lease ends at the next

@@ -32,19 +32,19 @@ constexpr std::uint64_t combine(std::uint64_t h, std::uint64_t v) {
 // The parent of a request's first block (vLLM's NONE_HASH).
 constexpr std::uint64_t k_root_hash = 0x6A09E667F3BCC909ull;
 
-std::uint64_t block_bytes_of(const kv_policy_options& o) {
-  if (o.block_tokens == 0) throw std::invalid_argument("paged policy: block_tokens must be at least 1");
+std::uint64_t block_bytes_of(const kv_policy_options& o, std::uint32_t block_tokens) {
+  if (block_tokens == 0) throw std::invalid_argument("paged policy: block_tokens must be at least 1");
   const std::uint64_t token = o.kv.kv_bytes_per_token();
   if (token == 0) throw std::invalid_argument("paged policy: kv (the model's KV shape) holds no byte per token");
-  if (token > std::numeric_limits<std::uint64_t>::max() / o.block_tokens) {
-    throw std::invalid_argument(fmt::format("paged policy: block_tokens {} makes a block too large", o.block_tokens));
+  if (token > std::numeric_limits<std::uint64_t>::max() / block_tokens) {
+    throw std::invalid_argument(fmt::format("paged policy: block_tokens {} makes a block too large", block_tokens));
   }
-  return token * o.block_tokens;
+  return token * block_tokens;
 }
 
 std::unique_ptr<device_pool> make_pool(std::unique_ptr<vmm_backend> inner, const latency_model& model,
-                                       const kv_policy_options& o) {
-  const std::uint64_t bytes = block_bytes_of(o);  // options first: nothing is reserved for bad ones
+                                       const kv_policy_options& o, const paged_settings& s) {
+  const std::uint64_t bytes = block_bytes_of(o, s.block_tokens);  // options first: nothing is reserved for bad ones
   if (o.memory_bytes != std::numeric_limits<std::uint64_t>::max() &&
       o.memory_bytes / k_chunk_bytes * k_chunk_bytes < bytes) {
     throw std::invalid_argument(
@@ -168,32 +168,45 @@ void paged_policy::hash_index::erase_at(std::size_t hole) {
 
 // ---- construction -----------------------------------------------------------------------------
 
-paged_policy::paged_policy(const kv_policy_options& options)
+paged_policy::paged_policy(const kv_policy_options& options, const paged_settings& settings)
     : paged_policy(make_backend(options.backend, device_config(options)), latency_model_for(device_config(options)),
-                   options) {}
+                   options, settings) {}
 
 paged_policy::paged_policy(std::unique_ptr<vmm_backend> inner, const latency_model& model,
-                           const kv_policy_options& options)
-    : pool_(make_pool(std::move(inner), model, options)) {
-  init(options);
+                           const kv_policy_options& options, const paged_settings& settings)
+    : pool_(make_pool(std::move(inner), model, options, settings)) {
+  init(options, settings);
+}
+
+policy_definition<paged_settings> paged_definition() {
+  using s = paged_settings;
+  policy_definition<s> d;
+  d.options = {count_option<s, std::uint32_t>("block-tokens", "paged: tokens per KV block", &s::block_tokens, 16, 1),
+               prefix_caching_option(&s::prefix_caching)};
+  d.make = construct_with<paged_policy, s>();
+  d.access = [](const kv_policy_options&, const s& v) { return kv_access{true, v.block_tokens}; };
+  d.sharing = [](const kv_policy_options&, const s& v) {
+    return shared_at_admission(v.prefix_caching, v.block_tokens);
+  };
+  return d;
 }
 
 paged_policy::~paged_policy() = default;
 
-void paged_policy::init(const kv_policy_options& o) {
+void paged_policy::init(const kv_policy_options& o, const paged_settings& s) {
   backend_name_ = o.backend;
   memory_bytes_ = o.memory_bytes;
   token_bytes_ = o.kv.kv_bytes_per_token();
-  block_tokens_ = o.block_tokens;
-  block_bytes_ = block_bytes_of(o);
-  prefix_caching_ = o.prefix_caching;
+  block_tokens_ = s.block_tokens;
+  block_bytes_ = block_bytes_of(o, s.block_tokens);
+  prefix_caching_ = s.prefix_caching;
   unlimited_ = !pool_->preallocated();
   queue_.tag = k_in_queue;
   spare_.tag = k_in_spare;
   if (pool_->capacity_bytes() / block_bytes_ >= k_nil) {
     throw std::invalid_argument(
         fmt::format("paged policy: memory_bytes {} holds {} blocks of block_tokens {}, more than block ids can name",
-                    o.memory_bytes, pool_->capacity_bytes() / block_bytes_, o.block_tokens));
+                    o.memory_bytes, pool_->capacity_bytes() / block_bytes_, s.block_tokens));
   }
   adopt_new_blocks();
   startup_ns_ = pool_->backend().step_side().total_model_ns();

@@ -27,26 +27,38 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/policy_registry.hpp"
+#include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
 
+/// The paged policy's own settings (its option table: paged_definition()).
+struct paged_settings {
+  static constexpr std::string_view policy_name = "paged";  ///< its registry name
+  std::uint32_t block_tokens = 16;                          ///< tokens per KV block (vLLM's block_size)
+  bool prefix_caching = true;                               ///< keep and share prefixes
+};
+
+/// The paged policy's registration: its option table and its answers (sim/policy_registry.cpp).
+[[nodiscard]] policy_definition<paged_settings> paged_definition();
+
 /// The paged policy. Reads kv (bytes per token), memory_bytes, backend, calibration_file,
-/// zero_latency, device_index, block_tokens and prefix_caching of kv_policy_options.
+/// zero_latency and device_index of kv_policy_options, and its own settings.
 class paged_policy final : public kv_policy {
  public:
   /// Builds the pool on the backend named in `options`. Throws std::invalid_argument for bad
   /// options (naming the option), unknown_backend_error, calibration_error, vmm_error, or
   /// std::runtime_error when the device cannot back the budget.
-  explicit paged_policy(const kv_policy_options& options);
+  explicit paged_policy(const kv_policy_options& options, const paged_settings& settings = {});
   /// The same over a backend built by the caller (tests inject faults this way); `model` prices
   /// the calls. On a throw nothing is left held on `inner`.
-  paged_policy(std::unique_ptr<vmm_backend> inner, const latency_model& model, const kv_policy_options& options);
+  paged_policy(std::unique_ptr<vmm_backend> inner, const latency_model& model, const kv_policy_options& options,
+               const paged_settings& settings = {});
   ~paged_policy() override;
 
   /// Marks "no block" in block ids and links.
@@ -136,7 +148,7 @@ class paged_policy final : public kv_policy {
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override;
 
-  void init(const kv_policy_options& options);                           // after pool_ is built
+  void init(const kv_policy_options& options, const paged_settings& settings);  // after pool_ is built
   void hash_blocks(const kv_request& r);                                 // hashes_ := hashes of the full keyed blocks
   [[nodiscard]] bool have_free(std::uint64_t n, std::uint64_t revived);  // may grow an unlimited pool
   void adopt_new_blocks();                                               // blocks of chunks mapped since

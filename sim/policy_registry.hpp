@@ -1,77 +1,83 @@
 #pragma once
-/// KV policies chosen at run time by name, from one set of options that each policy reads what
-/// it understands of (as backends/registry does for backends).
+/// KV policies chosen at run time by name, each with its own settings parsed through its option
+/// table (Note [One home for a policy's options] in sim/policy_options.hpp), as backends/registry
+/// does for backends. The only way a command builds a policy or asks about one.
 
-#include <cstdint>
-#include <functional>
+#include <any>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "backends/enum_names.hpp"
-#include "core/kv_geometry.hpp"
-#include "core/scheduler.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/vtensor_policy.hpp"
+#include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
 
-/// What a `static` request reserves (Orca / FasterTransformer style).
-enum class static_reserve : std::uint8_t {
-  max,    ///< the maximum context
-  pow2,   ///< the next power of two of prompt + max output
-  exact,  ///< prompt + output exactly (the vLLM paper's "oracle")
-};
-inline constexpr enum_names<static_reserve, 3> k_static_reserve_names{
-    {{{static_reserve::max, "max"}, {static_reserve::pow2, "pow2"}, {static_reserve::exact, "exact"}}}};
+/// A policy and its own settings: chosen by name from option texts (choose_policy()), or built
+/// from a settings struct. What make_kv_policy() builds and the registry answers questions about.
+/// Cheap to copy.
+class policy_choice {
+ public:
+  /// No policy (make_kv_policy() throws for it).
+  policy_choice() = default;
+  /// The policy that reads settings `S` (S::policy_name), with `settings`.
+  template <typename S>
+  explicit policy_choice(S settings) : name_(S::policy_name), settings_(std::move(settings)) {}
 
-/// The allocator of the `static` arena.
-enum class arena_fit : std::uint8_t {
-  first_fit,  ///< lowest-addressed free extent that fits
-  buddy,      ///< binary buddy system over power-of-two blocks
-};
-inline constexpr enum_names<arena_fit, 2> k_arena_fit_names{
-    {{{arena_fit::first_fit, "first-fit"}, {arena_fit::buddy, "buddy"}}}};
+  /// The policy's registry name.
+  [[nodiscard]] const std::string& name() const { return name_; }
+  /// Its settings; throws std::bad_any_cast when they are not an `S`.
+  template <typename S>
+  [[nodiscard]] const S& settings() const {
+    return std::any_cast<const S&>(settings_);
+  }
 
-/// Everything any policy may need. Each policy reads what it understands.
-struct kv_policy_options {
-  model_spec kv;                              ///< KV shape on one GPU (kv heads divided by tp)
-  std::uint64_t memory_bytes = 0;             ///< KV memory budget; UINT64_MAX for unlimited
-  std::uint64_t max_context_tokens = 131072;  ///< longest request
-  std::string backend = "sim";                ///< VMM backend name (vtensor)
-  std::string calibration_file;               ///< sim backend latencies; empty: built-in H200
-  bool zero_latency = false;                  ///< sim backend charges nothing
-  kv_layout layout = kv_layout::kv_fused;     ///< vtensor tensor layout
-  std::uint32_t lookahead_pages = 0;          ///< vtensor pages mapped ahead
-  std::uint32_t lookahead_batch = 1;          ///< vtensor lookahead pages mapped at a time
-  bool async_lookahead = true;            ///< vtensor: lookahead mapped by the worker thread (when lookahead_pages > 0)
-  std::uint32_t create_ahead_chunks = 0;  ///< vtensor: the worker keeps this many chunks created (0: off)
-  int device_index = 0;                   ///< cuda backend: which GPU
-  std::string eviction = "lru";           ///< vtensor prefix-cache eviction policy
-  partial_page_policy partial = partial_page_policy::cow;  ///< vtensor partial prefix page
-  // Baseline policies (docs/policies.md).
-  std::uint32_t block_tokens = 16;               ///< paged: tokens per KV block (vLLM's block_size)
-  bool prefix_caching = true;                    ///< paged, radix: keep and share prefixes
-  std::uint32_t page_tokens = 1;                 ///< radix: tokens per page of the token pool (SGLang's page_size)
-  static_reserve reserve = static_reserve::max;  ///< static: what a request reserves
-  arena_fit arena = arena_fit::first_fit;        ///< static: the arena's allocator
-  bool megacache = false;                        ///< vattention: one buffer per K and V (all layers)
-  /// Around every backend a policy builds (backend_config::wrap): tests inject faults with it.
-  std::function<std::unique_ptr<vmm_backend>(std::unique_ptr<vmm_backend>)> wrap_backend;
+ private:
+  std::string name_;
+  std::any settings_;
 };
 
-/// The backend settings every policy builds its VMM backend with: capacity = the budget,
-/// calibration, latency, device, the wrap.
-[[nodiscard]] backend_config device_config(const kv_policy_options& options);
+/// One option of the policies' tables as a command line offers it: an option that several
+/// policies read is one, their tables agreeing on its help and default.
+struct policy_option {
+  std::string name;                   ///< as typed, without "--"
+  std::string help;                   ///< its line of --help
+  std::string default_text;           ///< the value when not given
+  std::vector<std::string> policies;  ///< the policies that read it, in registry order
+};
 
-/// The vtensor policy's options for `options` (what make_kv_policy("vtensor", ...) builds).
-[[nodiscard]] vtensor_policy_options vtensor_options(const kv_policy_options& options);
+/// Option texts as typed: option name (without "--") -> value.
+using option_texts = std::map<std::string, std::string, std::less<>>;
 
-/// Builds policy `name`. Throws std::invalid_argument for an unknown name (the message lists
-/// the known ones) or what the policy's constructor throws.
-[[nodiscard]] std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy_options& options);
 /// Names of the policies, "vtensor" first.
 [[nodiscard]] std::vector<std::string> kv_policy_names();
+/// Every policy's options, each once: the policies in registry order, each's table in its order.
+[[nodiscard]] const std::vector<policy_option>& kv_policy_option_table();
+/// The names of the options policy `name` reads, in its table's order (none for an unknown name).
+[[nodiscard]] std::vector<std::string> kv_policy_option_names(std::string_view name);
+/// Policy `name`'s paragraph for replay's --help ("" when it has none).
+[[nodiscard]] std::string kv_policy_about(std::string_view name);
+
+/// Policy `name` with the options in `given`, the others at their table's default. Throws
+/// option_error for an unknown policy (listing the known ones), an option it does not read
+/// (naming the policies that do), or a value its table rejects.
+[[nodiscard]] policy_choice choose_policy(std::string_view name, const option_texts& given);
+
+/// Builds `choice` over the shared `options`. Throws option_error for an empty choice, or what
+/// the policy's constructor throws (std::invalid_argument for a bad option, unknown_backend_error,
+/// calibration_error, vmm_error).
+[[nodiscard]] std::unique_ptr<kv_policy> make_kv_policy(const policy_choice& choice, const kv_policy_options& options);
+/// Builds policy `name` with its settings struct's defaults (programs and tests; the command
+/// line's defaults are its table's, choose_policy(name, {})). Throws as the overload above, and
+/// std::invalid_argument for an unknown name (the message lists the known ones).
+[[nodiscard]] std::unique_ptr<kv_policy> make_kv_policy(std::string_view name, const kv_policy_options& options);
+/// How `choice`'s attention kernels read its KV: what make_kv_policy(choice, options)->access()
+/// would answer, without building it.
+[[nodiscard]] kv_access policy_access(const policy_choice& choice, const kv_policy_options& options);
+/// When `choice` lets requests share a prompt's KV (the compare analysis' miss causes).
+[[nodiscard]] sharing_model policy_sharing(const policy_choice& choice, const kv_policy_options& options);
 
 }  // namespace vtensor::sim

@@ -11,8 +11,8 @@ namespace {
 
 constexpr std::uint32_t k_none = std::numeric_limits<std::uint32_t>::max();
 
-std::uint64_t checked_bytes_per_token(const kv_policy_options& o) {
-  if (o.page_tokens == 0) throw std::invalid_argument("radix policy: page_tokens (--page-tokens) must be at least 1");
+std::uint64_t checked_bytes_per_token(const kv_policy_options& o, const radix_settings& s) {
+  if (s.page_tokens == 0) throw std::invalid_argument("radix policy: page_tokens (--page-tokens) must be at least 1");
   const std::uint64_t b = o.kv.kv_bytes_per_token();
   if (b == 0) throw std::invalid_argument(fmt::format("radix policy: model '{}' has no KV bytes per token", o.kv.name));
   return b;
@@ -34,10 +34,11 @@ std::size_t radix_policy::child_key_hash::operator()(const child_key& k) const n
   return static_cast<std::size_t>(mix(h, k.last.offset));
 }
 
-radix_policy::radix_policy(const kv_policy_options& options)
+radix_policy::radix_policy(const kv_policy_options& options, const radix_settings& settings)
     : options_(options),
-      bytes_per_token_(checked_bytes_per_token(options)),
-      page_tokens_(options.page_tokens),
+      settings_(settings),
+      bytes_per_token_(checked_bytes_per_token(options, settings)),
+      page_tokens_(settings.page_tokens),
       page_bytes_(bytes_per_token_ * page_tokens_),
       pool_(std::make_unique<device_pool>(options.backend, device_config(options), options.memory_bytes)) {
   nodes_.emplace_back().live = true;  // the root: holds no token, never locked, never evicted
@@ -50,10 +51,11 @@ radix_policy::radix_policy(const kv_policy_options& options)
 }
 
 radix_policy::radix_policy(const kv_policy_options& options, std::unique_ptr<vmm_backend> inner,
-                           const latency_model& model)
+                           const latency_model& model, const radix_settings& settings)
     : options_(options),
-      bytes_per_token_(checked_bytes_per_token(options)),
-      page_tokens_(options.page_tokens),
+      settings_(settings),
+      bytes_per_token_(checked_bytes_per_token(options, settings)),
+      page_tokens_(settings.page_tokens),
       page_bytes_(bytes_per_token_ * page_tokens_),
       pool_(std::make_unique<device_pool>(std::move(inner), model, options.memory_bytes)) {
   nodes_.emplace_back().live = true;
@@ -66,6 +68,18 @@ radix_policy::radix_policy(const kv_policy_options& options, std::unique_ptr<vmm
 }
 
 radix_policy::~radix_policy() = default;
+
+policy_definition<radix_settings> radix_definition() {
+  using s = radix_settings;
+  policy_definition<s> d;
+  d.options = {
+      count_option<s, std::uint32_t>("page-tokens", "radix: tokens per page of the token pool", &s::page_tokens, 1, 1),
+      prefix_caching_option(&s::prefix_caching)};
+  d.make = construct_with<radix_policy, s>();
+  d.access = [](const kv_policy_options&, const s& v) { return kv_access{true, v.page_tokens}; };
+  d.sharing = [](const kv_policy_options&, const s& v) { return shared_at_admission(v.prefix_caching, v.page_tokens); };
+  return d;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Pool
@@ -374,7 +388,7 @@ kv_admit_result radix_policy::do_admit(const kv_request& r) {
   if (requests_.contains(r.id.value)) {
     throw std::invalid_argument(fmt::format("radix policy: request {} is already admitted", r.id.value));
   }
-  const bool caching = options_.prefix_caching;
+  const bool caching = settings_.prefix_caching;
   const key_view v = caching ? view_of(r.blocks) : key_view{};
   const std::uint64_t keyed = caching ? std::min(v.keyed(), r.prompt_tokens) : 0;
   std::uint32_t matched = k_root;
@@ -498,7 +512,7 @@ nlohmann::ordered_json radix_policy::do_describe() const {
                           : options_.calibration_file.empty() ? "built-in h200"
                                                               : options_.calibration_file},
           {"page_tokens", page_tokens_},
-          {"prefix_caching", options_.prefix_caching},
+          {"prefix_caching", settings_.prefix_caching},
           {"kv_bytes_per_token", bytes_per_token_},
           {"page_bytes", page_bytes_},
           {"pool_pages", unlimited ? nlohmann::ordered_json("grows on demand") : nlohmann::ordered_json(total_pages_)},
@@ -570,7 +584,7 @@ void radix_policy::do_check_invariants() const {
     fail(fmt::format("pages: free {} + locked {} + cached {} + private {} != pool {}", free_pages_, locked_pages_,
                      unlocked_pages_, private_pages_, total_pages_));
   }
-  if (!options_.prefix_caching && live_nodes_ != 0) fail("a tree without prefix caching");
+  if (!settings_.prefix_caching && live_nodes_ != 0) fail("a tree without prefix caching");
 }
 
 }  // namespace vtensor::sim

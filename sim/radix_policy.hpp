@@ -32,26 +32,38 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/policy_registry.hpp"
+#include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
+
+/// The radix policy's own settings (its option table: radix_definition()).
+struct radix_settings {
+  static constexpr std::string_view policy_name = "radix";  ///< its registry name
+  std::uint32_t page_tokens = 1;                            ///< tokens per page of the token pool (SGLang's page_size)
+  bool prefix_caching = true;                               ///< keep and share prefixes
+};
+
+/// The radix policy's registration: its option table and its answers (sim/policy_registry.cpp).
+[[nodiscard]] policy_definition<radix_settings> radix_definition();
 
 /// The policy. Owns its token pool (a sim::device_pool) and its radix tree.
 class radix_policy final : public kv_policy {
  public:
-  /// Reads kv (bytes per token), memory_bytes, backend, calibration, zero_latency, device_index,
-  /// page_tokens and prefix_caching of `options`. Throws std::invalid_argument for page_tokens 0
-  /// or a budget below one page, and what device_pool's constructor throws.
-  explicit radix_policy(const kv_policy_options& options);
+  /// Reads kv (bytes per token), memory_bytes, backend, calibration, zero_latency and
+  /// device_index of `options`, and its own settings. Throws std::invalid_argument for
+  /// page_tokens 0 or a budget below one page, and what device_pool's constructor throws.
+  explicit radix_policy(const kv_policy_options& options, const radix_settings& settings = {});
   /// The same over a backend built by the caller (tests inject faults this way); `model` prices
   /// its calls.
-  radix_policy(const kv_policy_options& options, std::unique_ptr<vmm_backend> inner, const latency_model& model);
+  radix_policy(const kv_policy_options& options, std::unique_ptr<vmm_backend> inner, const latency_model& model,
+               const radix_settings& settings = {});
   ~radix_policy() override;
 
   /// Bytes of one page: page_tokens x KV bytes per token.
@@ -159,6 +171,7 @@ class radix_policy final : public kv_policy {
   [[nodiscard]] std::uint64_t pages_of(const node& n) const { return n.tokens() / page_tokens_; }
 
   kv_policy_options options_;
+  radix_settings settings_;
   std::uint64_t bytes_per_token_ = 0;
   std::uint32_t page_tokens_ = 1;
   std::uint64_t page_bytes_ = 0;

@@ -22,7 +22,9 @@ replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   };
   event_queue queue;
-  replica rep(queue, policy, config.model, config.gpu, config.replica);
+  replica_config replica_settings = config.replica;
+  replica_settings.pipeline = policy.pipelined();  // the policy decides (Note [Pipelined admission in the replica])
+  replica rep(queue, policy, config.model, config.gpu, replica_settings);
   for (replica_observer* o : observers) rep.add_observer(*o);
 
   const auto scaled = [&](std::uint64_t arrival_us) {

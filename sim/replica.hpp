@@ -113,7 +113,8 @@ struct replica_config {
   /// checks of a replay] in replica.cpp); debug builds of the replay turn it on.
   bool check_sampled = false;
   /// Pipelined admission (Note [Pipelined admission in the replica]): after a step, admit only
-  /// requests that arrived before it began, as if decided while it ran.
+  /// requests that arrived before it began, as if decided while it ran. run_replay() sets it from
+  /// the policy (kv_policy::pipelined()).
   bool pipeline = false;
   /// Read the wall clock around each step (counters' step_wall_ns, the summary's measured block).
   /// Off where nothing reports it (`--no-wall`, compare): two clock reads a step were about 5% of

@@ -188,15 +188,18 @@ std::unique_ptr<arena_allocator> make_arena(arena_fit fit) {
 
 }  // namespace
 
-static_policy::static_policy(const kv_policy_options& options)
+static_policy::static_policy(const kv_policy_options& options, const static_settings& settings)
     : static_policy(options,
-                    std::make_unique<device_pool>(options.backend, device_config(options), options.memory_bytes)) {}
+                    std::make_unique<device_pool>(options.backend, device_config(options), options.memory_bytes),
+                    settings) {}
 
-static_policy::static_policy(const kv_policy_options& options, std::unique_ptr<device_pool> pool)
+static_policy::static_policy(const kv_policy_options& options, std::unique_ptr<device_pool> pool,
+                             const static_settings& settings)
     : options_(options),
+      settings_(settings),
       bytes_per_token_(options.kv.kv_bytes_per_token()),
       pool_(std::move(pool)),
-      arena_(make_arena(options.arena)) {
+      arena_(make_arena(settings.arena)) {
   if (bytes_per_token_ == 0) throw std::invalid_argument("static policy: one token's KV is 0 bytes");
   if (options_.max_context_tokens == 0) throw std::invalid_argument("static policy: --max-context is 0");
   sync_capacity();
@@ -204,13 +207,26 @@ static_policy::static_policy(const kv_policy_options& options, std::unique_ptr<d
 
 static_policy::~static_policy() = default;
 
+policy_definition<static_settings> static_definition() {
+  using s = static_settings;
+  policy_definition<s> d;
+  d.options = {choice_option("reserve", "static: tokens a request reserves: " + k_static_reserve_names.list(" or "),
+                             &s::reserve, static_reserve::max, k_static_reserve_names),
+               choice_option("arena", "static: arena allocator: " + k_arena_fit_names.list(" or "), &s::arena,
+                             arena_fit::first_fit, k_arena_fit_names)};
+  d.make = construct_with<static_policy, s>();
+  d.access = [](const kv_policy_options&, const s&) { return kv_access{}; };  // contiguous per request
+  d.sharing = [](const kv_policy_options&, const s&) { return sharing_model{sharing_model::moment::never, 1}; };
+  return d;
+}
+
 void static_policy::sync_capacity() {
   const std::uint64_t slots = pool_->physical_bytes() / bytes_per_token_;
   if (slots > arena_->capacity()) arena_->extend(slots - arena_->capacity());
 }
 
 std::uint64_t static_policy::reservation_for(std::uint64_t max_tokens) const {
-  switch (options_.reserve) {
+  switch (settings_.reserve) {
     case static_reserve::max: return options_.max_context_tokens;
     case static_reserve::pow2: return std::bit_ceil(max_tokens);
     case static_reserve::exact: break;
@@ -320,8 +336,8 @@ nlohmann::ordered_json static_policy::do_describe() const {
   nlohmann::ordered_json j;
   j["backend"] = options_.backend;
   j["memory_bytes"] = options_.memory_bytes;
-  j["reserve"] = std::string(k_static_reserve_names.name(options_.reserve));
-  j["arena"] = std::string(k_arena_fit_names.name(options_.arena));
+  j["reserve"] = std::string(k_static_reserve_names.name(settings_.reserve));
+  j["arena"] = std::string(k_arena_fit_names.name(settings_.arena));
   j["kv_bytes_per_token"] = bytes_per_token_;
   j["max_context_tokens"] = options_.max_context_tokens;
   j["arena_tokens"] = arena_->capacity();

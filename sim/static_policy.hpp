@@ -39,14 +39,43 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "backends/enum_names.hpp"
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/policy_registry.hpp"
+#include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
+
+/// What a `static` request reserves (Orca / FasterTransformer style).
+enum class static_reserve : std::uint8_t {
+  max,    ///< the maximum context
+  pow2,   ///< the next power of two of prompt + max output
+  exact,  ///< prompt + output exactly (the vLLM paper's "oracle")
+};
+inline constexpr enum_names<static_reserve, 3> k_static_reserve_names{
+    {{{static_reserve::max, "max"}, {static_reserve::pow2, "pow2"}, {static_reserve::exact, "exact"}}}};
+
+/// The allocator of the `static` arena.
+enum class arena_fit : std::uint8_t {
+  first_fit,  ///< lowest-addressed free extent that fits
+  buddy,      ///< binary buddy system over power-of-two blocks
+};
+inline constexpr enum_names<arena_fit, 2> k_arena_fit_names{
+    {{{arena_fit::first_fit, "first-fit"}, {arena_fit::buddy, "buddy"}}}};
+
+/// The static policy's own settings (its option table: static_definition()).
+struct static_settings {
+  static constexpr std::string_view policy_name = "static";  ///< its registry name
+  static_reserve reserve = static_reserve::max;              ///< what a request reserves
+  arena_fit arena = arena_fit::first_fit;                    ///< the arena's allocator
+};
+
+/// The static policy's registration: its option table and its answers (sim/policy_registry.cpp).
+[[nodiscard]] policy_definition<static_settings> static_definition();
 
 /// An allocator of token-slot extents in an arena that can grow at its end. Offsets and sizes
 /// are in token slots.
@@ -114,9 +143,10 @@ class static_policy final : public kv_policy {
  public:
   /// Maps the arena through `options.backend` (throws what device_pool throws) and picks the
   /// allocator. Throws std::invalid_argument when one token's KV is empty.
-  explicit static_policy(const kv_policy_options& options);
+  explicit static_policy(const kv_policy_options& options, const static_settings& settings = {});
   /// The same over a device pool built by the caller (tests inject faults this way).
-  static_policy(const kv_policy_options& options, std::unique_ptr<device_pool> pool);
+  static_policy(const kv_policy_options& options, std::unique_ptr<device_pool> pool,
+                const static_settings& settings = {});
   ~static_policy() override;
 
   /// Slots `r` would reserve under the option in effect (before allocator rounding).
@@ -147,6 +177,7 @@ class static_policy final : public kv_policy {
   void sync_capacity();  // arena slots follow the pool's physical bytes
 
   kv_policy_options options_;
+  static_settings settings_;
   std::uint64_t bytes_per_token_ = 0;
   std::unique_ptr<device_pool> pool_;
   std::unique_ptr<arena_allocator> arena_;

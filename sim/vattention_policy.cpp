@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "sim/policy_registry.hpp"
+#include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
 namespace {
@@ -32,16 +32,30 @@ void add_to(vmm_side& into, const vmm_side& d) {
 
 }  // namespace
 
-vattention_policy_options vattention_options(const kv_policy_options& o) {
+vattention_policy_options vattention_options(const kv_policy_options& o, const vattention_settings& s) {
   vattention_policy_options v;
   v.backend = o.backend;
   v.device = device_config(o);
   v.kv = o.kv;
   v.max_context_tokens = o.max_context_tokens;
-  v.lookahead_pages = o.lookahead_pages;
-  v.async_lookahead = o.async_lookahead;
-  v.megacache = o.megacache;
+  v.lookahead_pages = s.lookahead_pages;
+  v.async_lookahead = s.async_lookahead;
+  v.megacache = s.megacache;
   return v;
+}
+
+policy_definition<vattention_settings> vattention_definition() {
+  using s = vattention_settings;
+  policy_definition<s> d;
+  d.options = {lookahead_option(&s::lookahead_pages), async_lookahead_option(&s::async_lookahead),
+               truth_option<s>("megacache", "vattention: one buffer for K and one for V over all layers (true/false)",
+                               &s::megacache, false)};
+  d.make = [](const kv_policy_options& o, const s& v) {
+    return std::make_unique<vattention_policy>(vattention_options(o, v));
+  };
+  d.access = [](const kv_policy_options&, const s&) { return kv_access{}; };  // contiguous per request
+  d.sharing = [](const kv_policy_options&, const s&) { return sharing_model{sharing_model::moment::never, 1}; };
+  return d;
 }
 
 vattention_policy::vattention_policy(vattention_policy_options options)

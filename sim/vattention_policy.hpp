@@ -88,6 +88,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -96,6 +97,7 @@
 #include "core/model_presets.hpp"
 #include "sim/accounting_backend.hpp"
 #include "sim/kv_policy.hpp"
+#include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
 
@@ -110,11 +112,22 @@ struct vattention_policy_options {
   bool megacache = false;                     ///< one buffer for all layers' K and one for V
 };
 
-struct kv_policy_options;
+/// The vAttention policy's own settings (its option table: vattention_definition()). The
+/// defaults are the library's; the command line's are the table's (lookahead 1).
+struct vattention_settings {
+  static constexpr std::string_view policy_name = "vattention";  ///< its registry name
+  std::uint32_t lookahead_pages = 0;                             ///< rows kept mapped beyond the last token's
+  bool async_lookahead = true;                                   ///< lookahead mapped by the modelled worker
+  bool megacache = false;                                        ///< one buffer for all layers' K and one for V
+};
 
-/// The vAttention options for the registry's `options` (what make_kv_policy("vattention", ...)
-/// builds): budget, backend, model, context, lookahead (pages and async) and megacache.
-[[nodiscard]] vattention_policy_options vattention_options(const kv_policy_options& options);
+/// The vAttention options for the shared `options` and its own `settings`: budget, backend,
+/// model, context, lookahead (pages and async) and megacache.
+[[nodiscard]] vattention_policy_options vattention_options(const kv_policy_options& options,
+                                                           const vattention_settings& settings = {});
+
+/// The vAttention policy's registration: its option table and its answers (sim/policy_registry.cpp).
+[[nodiscard]] policy_definition<vattention_settings> vattention_definition();
 
 /// The policy. Owns its backend (under an accounting adaptor), its slots and their chunks.
 class vattention_policy final : public kv_policy {
@@ -185,6 +198,10 @@ class vattention_policy final : public kv_policy {
   [[nodiscard]] std::string do_name() const override { return "vattention"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override;
+  [[nodiscard]] std::string_view do_vmm_critical_path() const override {
+    return options_.async_lookahead && options_.lookahead_pages > 0 ? k_critical_path_lookahead_worker
+                                                                    : k_critical_path_synchronous;
+  }
 
   [[nodiscard]] std::uint64_t rows_for(std::uint64_t tokens) const;
   [[nodiscard]] std::uint64_t lookahead_target(std::uint64_t tokens) const;

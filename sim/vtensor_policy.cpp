@@ -7,6 +7,9 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/eviction_policy.hpp"
 
 namespace vtensor::sim {
 namespace {
@@ -15,18 +18,93 @@ std::unique_ptr<vmm_backend> make_accounted(const vtensor_policy_options& o) {
   return std::make_unique<accounting_backend>(make_backend(o.backend, o.device), latency_model_for(o.device));
 }
 
-// Over the simulated device the worker's jobs run inline (Note [Inline worker] in
-// core/async_mapper.hpp): the same decisions and simulated figures, without a thread hand-off per
-// job. A real device keeps the thread.
-vtensor_policy_options with_worker_mode(vtensor_policy_options o) {
-  o.manager.scheduler.inline_worker = o.backend == "sim";
-  return o;
+double us(sim_ns t) { return static_cast<double>(t.count()) / 1e3; }
+
+// The option table (Note [One home for a policy's options] in sim/policy_options.hpp).
+std::vector<option_row<vtensor_settings>> vtensor_table() {
+  using s = vtensor_settings;
+  return {
+      choice_option("layout", "vtensor layout: " + k_kv_layout_names.list(), &s::layout, kv_layout::kv_fused,
+                    k_kv_layout_names),
+      lookahead_option(&s::lookahead_pages),
+      count_option<s, std::uint32_t>(
+          "lookahead-batch",
+          "lookahead pages mapped at a time, 1 to --lookahead (runs per tensor: cheaper for the driver)",
+          &s::lookahead_batch, 1),
+      async_lookahead_option(&s::async_lookahead),
+      count_option<s, std::uint32_t>("create-ahead", "the worker keeps N chunks created in the free pool",
+                                     &s::create_ahead_chunks, 0),
+      truth_option<s>("pipeline",
+                      "pipelined admission: a step's admissions are decided while the previous step runs, the "
+                      "policy maps them and unmaps releases on the worker (true/false)",
+                      &s::pipeline, true),
+      {"eviction", fmt::format("prefix-cache eviction: {}", fmt::join(eviction_policy_names(), ", ")), "lru",
+       [](s& v, std::string_view text) {
+         const auto names = eviction_policy_names();
+         if (std::find(names.begin(), names.end(), text) == names.end())
+           throw unknown_value("--eviction", text, fmt::format("{}", fmt::join(names, ", ")));
+         v.eviction = text;
+       }},
+      choice_option("partial", "partial prefix page: " + k_partial_page_policy_names.list(" or "), &s::partial,
+                    partial_page_policy::cow, k_partial_page_policy_names),
+  };
 }
 
 }  // namespace
 
+vtensor_policy_options vtensor_options(const kv_policy_options& o, const vtensor_settings& s) {
+  vtensor_policy_options v;
+  v.backend = o.backend;
+  v.device = device_config(o);
+  v.manager.geometry = kv_geometry(o.kv, s.layout);
+  scheduler_config& c = v.manager.scheduler;
+  c.max_context_tokens = o.max_context_tokens;
+  c.lookahead_pages = s.lookahead_pages;
+  c.lookahead_batch = s.lookahead_batch;
+  c.async_lookahead = s.lookahead_pages > 0 && s.async_lookahead;
+  c.create_ahead_chunks = s.create_ahead_chunks;
+  c.partial = s.partial;
+  c.pipeline = s.pipeline;
+  // The step that computes a prompt's first chunk needs only that chunk's pages (and the cached prefix's).
+  c.pipeline_chunk_tokens = o.prefill_chunk_tokens;
+  // Over a simulated device the worker's jobs run inline (Note [Inline worker] in
+  // core/async_mapper.hpp): the same decisions and simulated figures, without a thread hand-off
+  // per job. A real device keeps the thread.
+  c.inline_worker =
+      s.worker == worker_mode::inline_jobs || (s.worker == worker_mode::automatic && backend_is_simulated(o.backend));
+  v.manager.eviction = s.eviction;
+  return v;
+}
+
+policy_definition<vtensor_settings> vtensor_definition() {
+  policy_definition<vtensor_settings> d;
+  d.options = vtensor_table();
+  d.about =
+      "vtensor runs pipelined by default (--pipeline): a step's admissions are decided while the\n"
+      "previous step computes, their pages are mapped by the worker beside it (the first prefill\n"
+      "chunk's first), releases unmap on the worker, and a step waits only for what is not done;\n"
+      "--pipeline false --lookahead 0 is the former default (every admission and release on the step).";
+  d.check = [](const vtensor_settings& s) {
+    if (s.lookahead_batch == 0 || s.lookahead_batch > std::max<std::uint32_t>(1, s.lookahead_pages)) {
+      throw option_error(fmt::format("--lookahead-batch must be between 1 and --lookahead ({})", s.lookahead_pages));
+    }
+  };
+  d.make = [](const kv_policy_options& o, const vtensor_settings& s) {
+    return std::make_unique<vtensor_policy>(vtensor_options(o, s));
+  };
+  d.access = [](const kv_policy_options&, const vtensor_settings&) { return kv_access{}; };
+  // With --partial recompute only whole pages are reused (Note [Copy-on-write of a partial
+  // prefix page] in core/operations.cpp); with cow every cached token is.
+  d.sharing = [](const kv_policy_options& o, const vtensor_settings& s) {
+    const std::uint64_t unit =
+        s.partial == partial_page_policy::cow ? 1 : kv_geometry(o.kv, s.layout).tokens_per_chunk();
+    return sharing_model{sharing_model::moment::release, std::max<std::uint32_t>(static_cast<std::uint32_t>(unit), 1)};
+  };
+  return d;
+}
+
 vtensor_policy::vtensor_policy(vtensor_policy_options options)
-    : options_(with_worker_mode(std::move(options))),
+    : options_(std::move(options)),
       backend_owner_(make_accounted(options_)),
       backend_(static_cast<accounting_backend*>(backend_owner_.get())),
       manager_(std::make_unique<manager>(*backend_owner_, options_.manager)),
@@ -412,6 +490,29 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
           {"partial", std::string(to_string(m.scheduler.partial))},
           {"eviction", m.eviction},
           {"record_on_preempt", m.scheduler.record_on_preempt}};
+}
+
+std::string_view vtensor_policy::do_vmm_critical_path() const {
+  const scheduler_config& c = options_.manager.scheduler;
+  if (c.pipeline)
+    return "step-thread calls but pipelined admissions + modelled waits (admissions mapped beside the previous "
+           "step, lookahead and releases on the worker) + waits behind the worker's call in flight";
+  if (!c.runs_worker()) return k_critical_path_synchronous;
+  if (c.create_ahead_chunks == 0) return k_critical_path_lookahead_worker;
+  return "step-thread calls but chunk creation + modelled waits (lookahead mapped and chunks created ahead by the "
+         "worker)";
+}
+
+// The pipeline's part of the model (Note [Mapping worker model]).
+void vtensor_policy::do_extra_figures(nlohmann::ordered_json& m) const {
+  m["pipelined_admission_calls_us"] = us(hidden_);
+  m["admission_waits"] = admission_waits_;
+  m["admission_wait_us"] = us(admission_wait_time_);
+  m["release_unmaps_on_worker_us"] = us(release_time_);
+  m["contended_bookings"] = contended_;
+  m["contention_us"] = us(contention_);
+  m["prompt_rest_waits"] = rest_waits_;
+  m["prompt_rest_wait_us"] = us(rest_wait_time_);
 }
 
 }  // namespace vtensor::sim

@@ -93,6 +93,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -101,8 +102,31 @@
 #include "core/manager.hpp"
 #include "sim/accounting_backend.hpp"
 #include "sim/kv_policy.hpp"
+#include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
+
+/// Where the mapping worker runs its jobs.
+enum class worker_mode : std::uint8_t {
+  automatic,    ///< inline over a simulated backend (backend_is_simulated()), else a thread
+  inline_jobs,  ///< on the calling thread as they are handed out (Note [Inline worker] in core/async_mapper.hpp)
+  thread,       ///< on a thread of its own
+};
+
+/// The vtensor policy's own settings (its option table: vtensor_definition()). The defaults are
+/// the library's; the command line's are the table's (lookahead 1, pipeline on).
+struct vtensor_settings {
+  static constexpr std::string_view policy_name = "vtensor";  ///< its registry name
+  kv_layout layout = kv_layout::kv_fused;                     ///< tensor layout
+  std::uint32_t lookahead_pages = 0;                          ///< pages mapped ahead of need
+  std::uint32_t lookahead_batch = 1;                          ///< lookahead pages mapped at a time
+  bool async_lookahead = true;            ///< lookahead mapped by the worker (when lookahead_pages > 0)
+  std::uint32_t create_ahead_chunks = 0;  ///< the worker keeps this many chunks created (0: off)
+  bool pipeline = false;                  ///< pipelined admission (Note [Pipelined admission] in core/scheduler.cpp)
+  std::string eviction = "lru";           ///< prefix-cache eviction policy
+  partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page
+  worker_mode worker = worker_mode::automatic;             ///< where the worker runs its jobs
+};
 
 /// Options of the vTensor policy.
 struct vtensor_policy_options {
@@ -111,6 +135,13 @@ struct vtensor_policy_options {
   manager_config
       manager;  ///< geometry (model x layout), scheduler (context, lookahead, async, cow|recompute), eviction
 };
+
+/// The policy's options for the shared `options` and its own `settings`.
+[[nodiscard]] vtensor_policy_options vtensor_options(const kv_policy_options& options,
+                                                     const vtensor_settings& settings = {});
+
+/// The vtensor policy's registration: its option table and its answers (sim/policy_registry.cpp).
+[[nodiscard]] policy_definition<vtensor_settings> vtensor_definition();
 
 /// Where the VMM time went (the vtensor policy's name for the shared report).
 using vtensor_vmm_report = vmm_split_report;
@@ -176,6 +207,12 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] std::string do_name() const override { return "vtensor"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override { manager_->check_invariants(); }
+  [[nodiscard]] bool do_pipelined() const override { return pipeline(); }
+  [[nodiscard]] std::string_view do_vmm_critical_path() const override;
+  void do_extra_figures(nlohmann::ordered_json& vmm_model) const override;
+  [[nodiscard]] bool do_free_pool_on_wall_time() const override {
+    return options_.manager.scheduler.create_ahead_chunks > 0;
+  }
 
   [[nodiscard]] memory_breakdown breakdown(const memory_stats& m) const;  // Note [vtensor memory breakdown]
   /// Whether the call counts are the ones handed out (the worker's as submitted), see handed_calls().

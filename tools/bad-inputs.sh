@@ -45,6 +45,9 @@ row "Vidur CSV without a needed column" "" replay --trace vidur-missing-column.c
 row "empty trace" "" replay --trace empty.jsonl
 row "unknown unit in a size" "" replay --memory 12XB
 row "memory below one request" "every request rejected over memory, reported" replay --trace "$trace" --max-requests 5 --memory 1MiB
+row "no memory" "" replay --memory 0
+row "a negative count" "" replay --max-requests -1
+row "a negative count of a policy's option" "" replay --policy paged --block-tokens -16
 row "unknown policy" "" replay --policy magic
 row "option of another policy" "" replay --block-tokens 16
 row "tensor parallelism that does not divide the heads" "" replay --model llama-3-70b --tp 3
@@ -60,6 +63,7 @@ row "cuda backend without a GPU or driver" "" replay --backend cuda --max-reques
 row "gen-trace without --out" "" gen-trace --requests 10
 row "inspect of a missing file" "" inspect /nonexistent.jsonl
 row "compare arm with an option of another policy" "" compare --arm 'p=paged --megacache true'
+row "compare arm with a negative count" "" compare --arm 'p=paged --block-tokens -1'
 row "compare arm naming no policy" "" compare --arm 'p=heap'
 row "experiment file arm without a policy" "" compare --arms experiment.json
 row "an axis value given twice" "" compare --arm v=vtensor --memory 16GiB,16GiB

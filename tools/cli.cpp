@@ -13,6 +13,7 @@
 #include <array>
 #include <limits>
 #include <ostream>
+#include <typeinfo>
 
 namespace vtensor::tools {
 namespace po = boost::program_options;
@@ -100,6 +101,25 @@ int guarded_run(std::string_view name, const cli_streams& io, const std::functio
   }
 }
 
+namespace {
+
+// Boost.Program_options reads "-1" into an unsigned option as its largest value (lexical_cast
+// wraps it): `--max-requests -1` meant "all", `--tp -1` four billion. Every count refuses a sign.
+void refuse_negative_counts(const po::parsed_options& parsed, const po::variables_map& values) {
+  for (const po::option& o : parsed.options) {
+    if (o.string_key.empty() || values.count(o.string_key) == 0) continue;
+    const std::type_info& type = values[o.string_key].value().type();
+    if (type != typeid(std::uint32_t) && type != typeid(std::uint64_t)) continue;
+    for (const std::string& text : o.value) {
+      const auto first = text.find_first_not_of(" \t");
+      if (first != std::string::npos && text[first] == '-')
+        throw usage_error(fmt::format("--{}: '{}' is negative; give a whole number of 0 or more", o.string_key, text));
+    }
+  }
+}
+
+}  // namespace
+
 std::optional<po::variables_map> parse_command_line(std::string_view name, std::string_view usage,
                                                     std::string_view description, po::options_description options,
                                                     const po::positional_options_description& positional,
@@ -119,7 +139,9 @@ std::optional<po::variables_map> parse_command_line(std::string_view name, std::
       }
     }
   }
-  po::store(po::command_line_parser(words).options(options).positional(positional).run(), values);
+  const po::parsed_options parsed = po::command_line_parser(words).options(options).positional(positional).run();
+  po::store(parsed, values);
+  refuse_negative_counts(parsed, values);
   if (values.count("help") != 0) {
     io.out << fmt::format("usage: vtensor {} {}\n\n{}\n\n", name, usage, description) << options;
     return std::nullopt;
@@ -138,6 +160,10 @@ std::uint64_t parse_size_option(std::string_view option, std::string_view text, 
   const bool unlimited = bytes == std::numeric_limits<std::uint64_t>::max();
   if (rule == size_rule::positive && (bytes == 0 || unlimited)) {
     throw usage_error(fmt::format("{}: '{}' is not a positive size (e.g. 64GiB, 512MiB)", option, text));
+  }
+  if (rule == size_rule::budget && bytes == 0) {
+    throw usage_error(
+        fmt::format("{}: '{}' is no memory; give a positive size (e.g. 64GiB, 512MiB) or unlimited", option, text));
   }
   return bytes;
 }

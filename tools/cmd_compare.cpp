@@ -50,12 +50,10 @@ namespace {
 
 constexpr std::string_view name = "compare";
 
-// Replay options an arm may set (its policy's), and replica settings shared by every arm (given
-// once on the compare command line). Every other replay option is an axis, or not offered: the
-// backend is always `sim` (points run in parallel) and outputs are compare's own.
-const std::vector<std::string> k_arm_options = {
-    "layout",  "lookahead",    "lookahead-batch", "async-lookahead", "create-ahead", "pipeline", "eviction",
-    "partial", "block-tokens", "prefix-caching",  "page-tokens",     "reserve",      "arena",    "megacache"};
+// An arm sets its policy's options (the registry's tables: policy_option_table()); replica
+// settings are shared by every arm (given once on the compare command line). Every other replay
+// option is an axis, or not offered: the backend is always `sim` (points run in parallel) and
+// outputs are compare's own.
 const std::vector<std::string> k_shared_options = {"format",       "model",          "gpu",
                                                    "tp",           "seed",           "max-requests",
                                                    "token-budget", "max-running",    "chunked-prefill",
@@ -108,8 +106,8 @@ po::options_description compare_table() {
 struct arm {
   std::string name;
   std::string policy;
-  std::string options;              // as typed, after the policy
-  std::vector<std::string> tokens;  // options, split
+  std::string options;        // as typed, after the policy
+  sim::policy_choice choice;  // the policy with its options, parsed through its table
 };
 
 struct experiment {
@@ -158,7 +156,7 @@ arm make_arm(const std::string& where, const std::string& arm_name, const std::s
   arm a;
   a.name = arm_name;
   a.policy = words.front();
-  a.tokens.assign(words.begin() + 1, words.end());
+  const std::vector<std::string> tokens(words.begin() + 1, words.end());
   const auto space = spec.find_first_not_of(' ');
   const auto rest = spec.find(a.policy, space == std::string::npos ? 0 : space) + a.policy.size();
   const auto opt = spec.find_first_not_of(' ', rest);
@@ -168,16 +166,22 @@ arm make_arm(const std::string& where, const std::string& arm_name, const std::s
     throw usage_error(
         fmt::format("{}: arm {}: unknown policy '{}' (known: {})", where, arm_name, a.policy, fmt::join(known, ", ")));
   }
-  // Options the arm's table does not hold (a shared setting, an axis, a typo) fail here.
+  // Options no policy's table holds (a shared setting, an axis, a typo) fail here, as do the
+  // options of another policy and bad values.
+  po::variables_map v;
   try {
-    po::variables_map v;
-    po::store(po::command_line_parser(a.tokens).options(pick(k_arm_options, "arm")).run(), v);
+    po::store(po::command_line_parser(tokens).options(policy_option_table("arm")).run(), v);
     po::notify(v);
   } catch (const po::error& e) {
     throw usage_error(
         fmt::format("{}: arm {}: {} (an arm takes its policy's options: --{}; shared settings go on the "
                     "command line)",
-                    where, arm_name, e.what(), fmt::join(k_arm_options, ", --")));
+                    where, arm_name, e.what(), fmt::join(sim::kv_policy_option_names(a.policy), ", --")));
+  }
+  try {
+    a.choice = parse_policy_choice(a.policy, v);
+  } catch (const std::invalid_argument& e) {  // sim::option_error
+    throw usage_error(fmt::format("{}: arm {}: {}", where, arm_name, e.what()));
   }
   return a;
 }
@@ -347,27 +351,20 @@ std::string sanitized(const std::string& text) {
   return out;
 }
 
-// The replay options of one point: the shared settings as typed, the arm's policy and options,
-// the axis values; parsed by replay's own parser (so an option the arm's policy does not read
-// fails as it does for replay, naming the arm).
-replay_options point_options(const std::vector<std::string>& shared, const arm& a, const std::string& memory,
-                             const std::string& time_scale, const std::string& kernel_factors,
-                             const std::string& trace) {
-  std::vector<std::string> words = shared;
-  words.push_back("--policy=" + a.policy);
-  words.insert(words.end(), a.tokens.begin(), a.tokens.end());
-  if (memory != "default") words.push_back("--memory=" + memory);
-  words.push_back("--time-scale=" + time_scale);
-  words.push_back("--kernel-factors=" + kernel_factors);
-  words.push_back("--trace=" + trace);
+// The shared settings as typed, read with replay's options (every point reads them).
+po::variables_map shared_settings(const std::vector<std::string>& shared) {
+  po::variables_map v;
+  po::store(po::command_line_parser(shared).options(replay_option_table()).run(), v);
+  po::notify(v);
+  return v;
+}
+
+// The replay options of one point: the shared settings, the arm's policy as make_arm() parsed it
+// and the point's values of the axes, checked by replay's own parser.
+replay_options point_options(const po::variables_map& settings, const arm& a, const replay_axes& axes) {
   try {
-    po::variables_map v;
-    po::store(po::command_line_parser(words).options(replay_option_table()).run(), v);
-    po::notify(v);
-    return parse_replay_options(v);
+    return parse_replay_options(settings, a.choice, axes);
   } catch (const usage_error& e) {
-    throw usage_error(fmt::format("arm {}: {}", a.name, e.what()));
-  } catch (const po::error& e) {
     throw usage_error(fmt::format("arm {}: {}", a.name, e.what()));
   } catch (const std::invalid_argument& e) {
     throw usage_error(fmt::format("arm {}: {}", a.name, e.what()));
@@ -635,7 +632,7 @@ void run_point(const run_context& ctx, point& p) {
   const cell& c = ctx.cells[p.cell];
   const traces::loaded_trace& trace = ctx.traces[c.trace];
   const replay_options& o = p.options;
-  const auto policy = make_policy(o, o.policy);
+  const auto policy = sim::make_kv_policy(o.choice, o.policy);
   traces::memory_trace_reader reader(trace);
   sim::step_log log(*policy, false);
   point_recorder recorder(trace.requests.size());
@@ -651,7 +648,7 @@ void run_point(const run_context& ctx, point& p) {
   p.summary = replay_run_json(o, o.policy, *policy, summary, trace.format, log, std::nullopt, false);
   if (ctx.with_wall) p.summary["wall_seconds"] = summary.wall_seconds;
   p.hit_rate = p.summary["prefix_hit_rate"].get<double>();
-  p.analysis = analyse_point(trace, ctx.indexes[c.trace], recorder.requests(), sharing_of(o.policy_name, o.policy),
+  p.analysis = analyse_point(trace, ctx.indexes[c.trace], recorder.requests(), sim::policy_sharing(o.choice, o.policy),
                              summary.counters);
   if (timeseries) timeseries->commit();
 }
@@ -711,6 +708,7 @@ int run_compare(const po::variables_map& v, const std::vector<std::string>& shar
   if (v.count("out") != 0) folder = std::make_unique<output_folder>(v["out"].as<std::string>());
 
   // Every point's options, parsed and checked before any work.
+  const po::variables_map settings = shared_settings(shared);
   std::vector<cell> cells;
   std::vector<point> points;
   for (std::size_t t = 0; t < x.traces.size(); ++t) {
@@ -729,8 +727,9 @@ int run_compare(const po::variables_map& v, const std::vector<std::string>& shar
             p.arm = a;
             p.cell = cells.size();
             p.id = sanitized(x.arms[a].name + "@" + c.id);
-            p.options =
-                point_options(shared, x.arms[a], x.memory[m], x.time_scale_text[s], x.kernel_factors[k], x.traces[t]);
+            const replay_axes axes{x.memory[m] == "default" ? std::nullopt : std::optional(x.memory[m]),
+                                   x.time_scale[s], x.kernel_factors[k], x.traces[t]};
+            p.options = point_options(settings, x.arms[a], axes);
             p.options.config.replica.measure_wall = false;  // a point reports no step wall time
             points.push_back(std::move(p));
           }

@@ -7,15 +7,12 @@
 #include "tools/replay_options.hpp"
 
 #include "backends/registry.hpp"
-#include "core/eviction_policy.hpp"
-#include "core/manager.hpp"
 #include "sim/kernel_factors.hpp"
 #include "sim/outputs.hpp"
 #include "sim/policy_registry.hpp"
 #include "sim/replay.hpp"
 #include "sim/step_emulator.hpp"
 #include "sim/step_log.hpp"
-#include "sim/vtensor_policy.hpp"
 #include "tools/bundled_data.hpp"
 #include "traces/atomic_output_file.hpp"
 #include "traces/trace_reader.hpp"
@@ -181,6 +178,7 @@ struct replay_run {
   nlohmann::ordered_json json;
   std::vector<sim::step_entry> log;
   std::optional<sim::vmm_split_report> vmm;
+  bool pool_on_wall_time = false;  // the free pool's size follows wall time (kv_policy::free_pool_on_wall_time())
 };
 
 // The output files (the time series and the Chrome trace observe the last run only).
@@ -202,14 +200,19 @@ bool progress_on_terminal(const cli_streams& io, sim::replay_config& config) {
   return tty;
 }
 
-// One replay over `backend`; `last` gets the output files' observers.
-replay_run run_one(const replay_options& o, const std::string& backend, bool last, replay_outputs& outputs,
-                   const cli_streams& io) {
+// The settings every policy shares, over `backend`.
+sim::kv_policy_options over(const replay_options& o, const std::string& backend) {
   sim::kv_policy_options p = o.policy;
   p.backend = backend;
-  const auto policy = make_policy(o, p);
+  return p;
+}
+
+// One replay of `policy` over `backend`; `last` gets the output files' observers.
+replay_run run_one(const replay_options& o, const std::string& backend, sim::kv_policy& policy, bool last,
+                   replay_outputs& outputs, const cli_streams& io) {
+  const sim::kv_policy_options p = over(o, backend);
   const auto reader = traces::open_trace(o.trace_path, o.format);
-  sim::step_log log(*policy, o.comparing);
+  sim::step_log log(policy, o.comparing);
   std::vector<sim::replica_observer*> observers{&log};
   if (last && outputs.timeseries) observers.push_back(outputs.timeseries.get());
   if (last && outputs.chrome) observers.push_back(outputs.chrome.get());
@@ -220,15 +223,16 @@ replay_run run_one(const replay_options& o, const std::string& backend, bool las
   }
   sim::replay_config config = o.config;
   const bool tty = progress_on_terminal(io, config);
-  const sim::replay_summary summary = sim::run_replay(*reader, *policy, config, observers);
+  const sim::replay_summary summary = sim::run_replay(*reader, policy, config, observers);
   if (tty) io.err << "\r" << std::string(90, ' ') << "\r" << std::flush;
   replay_run run;
   run.backend = backend;
   run.json =
-      replay_run_json(o, p, *policy, summary, reader->format(), log,
+      replay_run_json(o, p, policy, summary, reader->format(), log,
                       emulator ? std::optional<std::uint64_t>(emulator->emulated_ns()) : std::nullopt, o.with_wall);
-  run.vmm = policy->vmm_report();
+  run.vmm = policy.vmm_report();
   run.log = log.steps();
+  run.pool_on_wall_time = policy.free_pool_on_wall_time();
   return run;
 }
 
@@ -265,7 +269,7 @@ void compare_vmm_time(const replay_options& o, const sim::vmm_split_report& a, c
 // Checks that the two runs agree step by step; returns the JSON of both and whether they differ.
 std::pair<nlohmann::ordered_json, bool> compare_backends(const replay_options& o, const std::vector<replay_run>& runs,
                                                          std::ostream& out) {
-  const bool with_pool = o.policy.create_ahead_chunks == 0;
+  const bool with_pool = !runs[0].pool_on_wall_time && !runs[1].pool_on_wall_time;
   const auto diff = sim::compare_step_logs(runs[0].log, runs[1].log, with_pool);
   nlohmann::ordered_json cmp;
   cmp["backends"] = o.backends;
@@ -311,10 +315,14 @@ int run_replays(const replay_options& o, const cli_streams& given) {
   // output, the report goes to standard error so that standard output holds the data alone.
   const bool data_on_stdout = o.json == "-" || o.timeseries == "-" || o.chrome_trace == "-";
   const cli_streams io{data_on_stdout ? given.err : given.out, given.err};
+  // Every policy is built before any output opens: what fails on bad input (a missing GPU, an
+  // option the policy's constructor rejects) fails first.
+  std::vector<std::unique_ptr<sim::kv_policy>> policies;
+  for (const std::string& backend : o.backends) policies.push_back(sim::make_kv_policy(o.choice, over(o, backend)));
   replay_outputs outputs = open_outputs(o, given.out);
   std::vector<replay_run> runs;
   for (std::size_t i = 0; i < o.backends.size(); ++i) {
-    runs.push_back(run_one(o, o.backends[i], i + 1 == o.backends.size(), outputs, io));
+    runs.push_back(run_one(o, o.backends[i], *policies[i], i + 1 == o.backends.size(), outputs, io));
     if (o.comparing) io.out << fmt::format("== run {}: backend {}\n", i + 1, o.backends[i]);
     print_summary(io.out, runs.back().json);
     print_vmm_split(io.out, runs.back().json);
@@ -324,6 +332,15 @@ int run_replays(const replay_options& o, const cli_streams& given) {
   if (o.comparing) std::tie(json, mismatch) = compare_backends(o, runs, io.out);
   commit_outputs(o, json, outputs, given.out);
   return mismatch ? exit_failure : exit_success;
+}
+
+// The policies' own paragraphs of --help, each on lines of its own.
+std::string policy_paragraphs() {
+  std::string text;
+  for (const std::string& policy : sim::kv_policy_names()) {
+    if (const std::string about = sim::kv_policy_about(policy); !about.empty()) text += "\n" + about;
+  }
+  return text;
 }
 
 }  // namespace
@@ -341,11 +358,8 @@ int cmd_replay(std::span<const std::string> args, const cli_streams& io) {
         "With --backend cuda the vtensor policy makes real VMM calls on a GPU (--memory caps it) and\n"
         "each step's compute is emulated in wall time; the simulated clock still runs on the latency\n"
         "model, so decisions match a sim replay (--compare-backends sim,cuda checks it step by step).\n"
-        "--lookahead N maps N pages ahead on the background worker unless --async-lookahead false.\n"
-        "vtensor runs pipelined by default (--pipeline): a step's admissions are decided while the\n"
-        "previous step computes, their pages are mapped by the worker beside it (the first prefill\n"
-        "chunk's first), releases unmap on the worker, and a step waits only for what is not done;\n"
-        "--pipeline false --lookahead 0 is the former default (every admission and release on the step).",
+        "--lookahead N maps N pages ahead on the background worker unless --async-lookahead false." +
+            policy_paragraphs(),
         replay_option_table(), positional, args, io);
     if (!values) return exit_success;
     return run_replays(parse_replay_options(*values), io);

@@ -1,7 +1,5 @@
 #include "tools/compare_analysis.hpp"
 
-#include "core/kv_geometry.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,23 +7,6 @@
 #include <stdexcept>
 
 namespace vtensor::tools {
-
-sharing_model sharing_of(const std::string& policy, const sim::kv_policy_options& p) {
-  using m = sharing_model::moment;
-  if (policy == "vtensor") {
-    // With --partial recompute only whole pages are reused (Note [Copy-on-write of a partial
-    // prefix page] in core/operations.cpp); with cow every cached token is.
-    const std::uint32_t unit = p.partial == partial_page_policy::cow
-                                   ? 1
-                                   : static_cast<std::uint32_t>(kv_geometry(p.kv, p.layout).tokens_per_chunk());
-    return {m::release, std::max<std::uint32_t>(unit, 1)};
-  }
-  if (policy == "paged") return {p.prefix_caching ? m::admission : m::never, p.block_tokens};
-  if (policy == "radix") return {p.prefix_caching ? m::admission : m::never, p.page_tokens};
-  if (policy == "static" || policy == "vattention") return {m::never, 1};
-  throw std::invalid_argument(
-      fmt::format("compare: no sharing model for policy '{}' (tools/compare_analysis.cpp)", policy));
-}
 
 void point_recorder::on_admit(const sim::admission_record& a) {
   if (!a.first || a.id >= requests_.size()) return;

@@ -16,21 +16,9 @@
 
 namespace vtensor::tools {
 
-/// When a policy lets other requests share a prompt's KV, and in what unit of tokens
-/// (docs/policies.md, "When a prefix becomes shareable").
-struct sharing_model {
-  enum class moment : std::uint8_t {
-    admission,  ///< at admission (paged, radix: registered before the KV is computed)
-    release,    ///< when the request finishes (vtensor's lazy recording)
-    never,      ///< no prefix cache (static, vattention, --prefix-caching false)
-  };
-  moment at = moment::never;
-  std::uint32_t unit_tokens = 1;  ///< a hit is a multiple of this many tokens
-};
-
-/// The sharing model of registry policy `policy` with options `p`. Throws std::invalid_argument
-/// for a policy it does not know (a new policy must say how it shares).
-[[nodiscard]] sharing_model sharing_of(const std::string& policy, const sim::kv_policy_options& p);
+/// When a policy lets other requests share a prompt's KV: the registry's answer
+/// (sim::policy_sharing()).
+using sharing_model = sim::sharing_model;
 
 inline constexpr sim::time_us k_never = std::numeric_limits<sim::time_us>::max();
 

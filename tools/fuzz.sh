@@ -37,6 +37,7 @@ printf -- '--policy\npaged\n--block-tokens\n16\n--memory\n1GiB\n' >"$work/replay
 printf -- '--policy\nvtensor\n--lookahead\n2\n--layout\nkv-split\n--time-scale\n4\n' >"$work/replay_options/vtensor"
 printf -- '--policy\nradix\n--page-tokens\n16\n--memory\nunlimited\n' >"$work/replay_options/radix"
 printf -- '--policy\nvattention\n--megacache\ntrue\n--tp\n2\n--model\nyi-34b\n' >"$work/replay_options/vattention"
+printf -- '--policy\npaged\n@8\n32\n@3\nfalse\n' >"$work/replay_options/table"
 printf -- '--arm\na=paged --block-tokens 32\n--arm\nb=vtensor --lookahead 2\n--memory\n2GiB,unlimited\n' \
   >"$work/compare_options/two"
 printf -- '--arm\ns=static --reserve pow2\n--time-scale\n1,4\n--baseline\ns\n' >"$work/compare_options/static"

@@ -4,11 +4,8 @@
 #include "tools/replay_options.hpp"
 
 #include "backends/registry.hpp"
-#include "core/eviction_policy.hpp"
-#include "core/manager.hpp"
 #include "sim/compute_calibration.hpp"
 #include "sim/policy_registry.hpp"
-#include "sim/vtensor_policy.hpp"
 #include "tools/bundled_data.hpp"
 #include "traces/trace_reader.hpp"
 
@@ -49,8 +46,8 @@ po::options_description workload_options() {
   o.add_options()("trace", po::value<std::string>(), "trace file (default: the bundled Mooncake conversation excerpt)")(
       "format", po::value<std::string>()->default_value("auto"),
       ("trace format: auto, " + traces::k_trace_format_names.list()).c_str())(
-      "policy", po::value<std::string>()->default_value("vtensor"),
-      "KV policy: vtensor, paged, radix, static, vattention (docs/policies.md)")(
+      "policy", po::value<std::string>()->default_value(sim::kv_policy_names().front()),
+      fmt::format("KV policy: {} (docs/policies.md)", fmt::join(sim::kv_policy_names(), ", ")).c_str())(
       "model", po::value<std::string>()->default_value("llama-3-8b"), "model: llama-3-8b, yi-6b, yi-34b, llama-3-70b")(
       "gpu", po::value<std::string>()->default_value("h200"), "GPU: h200, a100-80gb")(
       "tp", po::value<std::uint32_t>()->default_value(1), "tensor-parallel degree (divides the KV heads)")(
@@ -76,54 +73,47 @@ po::options_description workload_options() {
   return o;
 }
 
-// The vtensor policy and its VMM backend.
-po::options_description vtensor_options() {
-  po::options_description o("vtensor policy and backend");
+// The VMM backend every policy holds its memory through, and the figures of its VMM time.
+po::options_description backend_options() {
+  po::options_description o("VMM backend");
   o.add_options()("backend", po::value<std::string>()->default_value("sim"),
                   "VMM backend every policy holds its KV memory through: sim, or cuda (a real GPU)")(
       "device", po::value<int>()->default_value(0), "cuda backend: GPU index")(
       "compare-backends", po::value<std::string>(),
       "A,B (e.g. sim,cuda): replay twice, check that both runs agree step by step, compare VMM time")(
-      "layout", po::value<std::string>()->default_value("kv-fused"),
-      ("vtensor layout: " + k_kv_layout_names.list()).c_str())(
-      "lookahead", po::value<std::uint32_t>(),
-      "pages mapped ahead of need, vtensor and vattention (default 1; vtensor before the pipeline: 0)")(
-      "lookahead-batch", po::value<std::uint32_t>()->default_value(1),
-      "lookahead pages mapped at a time, 1 to --lookahead (runs per tensor: cheaper for the driver)")(
-      "async-lookahead", po::value<bool>()->default_value(true),
-      "map lookahead pages on the background worker (true/false; only with --lookahead > 0)")(
-      "create-ahead", po::value<std::uint32_t>()->default_value(0),
-      "the worker keeps N chunks created in the free pool")(
-      "pipeline", po::value<bool>(),
-      "pipelined admission: a step's admissions are decided while the previous step runs, the vtensor "
-      "policy maps them and unmaps releases on the worker (true/false; default: true for vtensor, false "
-      "for the others)")(
       "emulate-steps", po::value<bool>(),
       "spend each step's modelled compute in wall time so the worker overlaps it (default: on for cuda)")(
       "step-time-scale", po::value<double>()->default_value(1.0), "emulated step time = modelled compute x SCALE")(
       "warmup-fraction", po::value<double>()->default_value(0.1),
       "first fraction of steps counted as warm-up for chunk creation")(
-      "eviction", po::value<std::string>()->default_value("lru"), "prefix-cache eviction: lru, fifo, lfu")(
-      "partial", po::value<std::string>()->default_value("cow"),
-      ("partial prefix page: " + k_partial_page_policy_names.list(" or ")).c_str())(
       "calibration", po::value<std::string>(), "VMM latency calibration file for the sim backend")(
       "zero-latency", po::bool_switch(), "the sim backend charges nothing for VMM calls");
   return o;
 }
 
-// The baseline policies (docs/policies.md).
-po::options_description baseline_options() {
-  po::options_description o("baseline policies (paged, radix, static, vattention)");
-  o.add_options()("block-tokens", po::value<std::uint32_t>()->default_value(16), "paged: tokens per KV block")(
-      "prefix-caching", po::value<bool>()->default_value(true), "paged, radix: cache and share prefixes (true/false)")(
-      "page-tokens", po::value<std::uint32_t>()->default_value(1), "radix: tokens per page of the token pool")(
-      "reserve", po::value<std::string>()->default_value("max"),
-      ("static: tokens a request reserves: " + sim::k_static_reserve_names.list(" or ")).c_str())(
-      "arena", po::value<std::string>()->default_value("first-fit"),
-      ("static: arena allocator: " + sim::k_arena_fit_names.list(" or ")).c_str())(
-      "megacache", po::value<bool>()->default_value(false),
-      "vattention: one buffer for K and one for V over all layers (true/false)");
-  return o;
+namespace {
+
+// Option `o` of the policies' tables: a text, parsed by the table (sim::choose_policy).
+void add_policy_option(po::options_description& into, const sim::policy_option& o) {
+  into.add_options()(o.name.c_str(), po::value<std::string>()->default_value(o.default_text), o.help.c_str());
+}
+
+}  // namespace
+
+void add_policy_groups(po::options_description& into) {
+  for (const std::string& policy : sim::kv_policy_names()) {
+    po::options_description group(policy + " policy");
+    for (const sim::policy_option& o : sim::kv_policy_option_table()) {
+      if (o.policies.front() == policy) add_policy_option(group, o);
+    }
+    if (!group.options().empty()) into.add(group);
+  }
+}
+
+po::options_description policy_option_table(const std::string& caption) {
+  po::options_description group(caption);
+  for (const sim::policy_option& o : sim::kv_policy_option_table()) add_policy_option(group, o);
+  return group;
 }
 
 po::options_description output_options() {
@@ -139,7 +129,9 @@ po::options_description output_options() {
 
 po::options_description replay_option_table() {
   po::options_description options("options");
-  options.add(workload_options()).add(vtensor_options()).add(baseline_options()).add(output_options());
+  options.add(workload_options()).add(backend_options());
+  add_policy_groups(options);
+  options.add(output_options());
   return options;
 }
 
@@ -169,9 +161,9 @@ void parse_backends(const po::variables_map& v, replay_options& o) {
 }
 
 // The KV memory: --memory, else what the GPU has left after the model's weights.
-void parse_memory(const po::variables_map& v, replay_options& o) {
-  if (v.count("memory") != 0) {
-    o.policy.memory_bytes = parse_size_option("--memory", get<std::string>(v, "memory"), size_rule::budget);
+void parse_memory(const replay_axes& axes, replay_options& o) {
+  if (axes.memory) {
+    o.policy.memory_bytes = parse_size_option("--memory", *axes.memory, size_rule::budget);
   } else {
     const std::uint64_t weights = o.model.weight_bytes_per_gpu();
     if (weights >= o.gpu.memory_bytes) {
@@ -187,89 +179,19 @@ void parse_memory(const po::variables_map& v, replay_options& o) {
   o.memory_json = unlimited ? nlohmann::ordered_json("unlimited") : nlohmann::ordered_json(o.policy.memory_bytes);
 }
 
-// Options that only some policies read: given for another policy, they are a usage error rather
-// than silently ignored.
-void check_policy_options(const po::variables_map& v, const std::string& policy) {
-  struct rule {
-    const char* option;
-    std::vector<std::string_view> policies;
-  };
-  const std::vector<rule> rules = {
-      {"block-tokens", {"paged"}},
-      {"prefix-caching", {"paged", "radix"}},
-      {"page-tokens", {"radix"}},
-      {"reserve", {"static"}},
-      {"arena", {"static"}},
-      {"megacache", {"vattention"}},
-      {"layout", {"vtensor"}},
-      {"lookahead", {"vtensor", "vattention"}},
-      {"lookahead-batch", {"vtensor"}},
-      {"async-lookahead", {"vtensor", "vattention"}},
-      {"create-ahead", {"vtensor"}},
-      {"eviction", {"vtensor"}},
-      {"partial", {"vtensor"}},
-  };
-  for (const rule& r : rules) {
-    if (v.count(r.option) == 0 || v[r.option].defaulted()) continue;
-    if (std::find(r.policies.begin(), r.policies.end(), policy) != r.policies.end()) continue;
-    throw usage_error(
-        fmt::format("--{} applies to policy {}, not {}", r.option, fmt::join(r.policies, " and "), policy));
-  }
-}
-
-// The baseline policies' options.
-void parse_baseline(const po::variables_map& v, replay_options& o) {
-  sim::kv_policy_options& p = o.policy;
-  p.block_tokens = get<std::uint32_t>(v, "block-tokens");
-  if (p.block_tokens == 0) throw usage_error("--block-tokens must be at least 1");
-  p.prefix_caching = v["prefix-caching"].as<bool>();
-  p.page_tokens = get<std::uint32_t>(v, "page-tokens");
-  if (p.page_tokens == 0) throw usage_error("--page-tokens must be at least 1");
-  const auto reserve = sim::k_static_reserve_names.parse(get<std::string>(v, "reserve"));
-  if (!reserve) {
-    throw usage_error(fmt::format("--reserve: unknown value '{}' ({})", get<std::string>(v, "reserve"),
-                                  sim::k_static_reserve_names.list()));
-  }
-  p.reserve = *reserve;
-  const auto arena = sim::k_arena_fit_names.parse(get<std::string>(v, "arena"));
-  if (!arena) {
-    throw usage_error(fmt::format("--arena: unknown allocator '{}' ({})", get<std::string>(v, "arena"),
-                                  sim::k_arena_fit_names.list()));
-  }
-  p.arena = *arena;
-  p.megacache = v["megacache"].as<bool>();
-  check_policy_options(v, o.policy_name);
-}
-
-// The vtensor policy's options (the backend and the memory are parsed apart).
-void parse_policy(const po::variables_map& v, replay_options& o) {
+// The settings every policy shares (the backend and the memory are parsed apart; the policy's
+// own options are its table's). A bad calibration file fails here, before any output.
+void parse_shared(const po::variables_map& v, replay_options& o) {
   sim::kv_policy_options& p = o.policy;
   p.kv = o.model.kv;
   p.backend = get<std::string>(v, "backend");
   p.max_context_tokens = get<std::uint64_t>(v, "max-context");
   if (p.max_context_tokens == 0) throw usage_error("--max-context must be at least 1");
-  const std::string layout_text = get<std::string>(v, "layout");
-  const auto layout = kv_layout_from_string(layout_text);
-  if (!layout)
-    throw usage_error(fmt::format("--layout: unknown layout '{}' ({})", layout_text, k_kv_layout_names.list()));
-  p.layout = *layout;
-  p.lookahead_pages = v.count("lookahead") != 0 ? get<std::uint32_t>(v, "lookahead") : 1;
-  p.lookahead_batch = get<std::uint32_t>(v, "lookahead-batch");
-  if (p.lookahead_batch == 0 || p.lookahead_batch > std::max<std::uint32_t>(1, p.lookahead_pages)) {
-    throw usage_error(fmt::format("--lookahead-batch must be between 1 and --lookahead ({})", p.lookahead_pages));
-  }
-  p.async_lookahead = v["async-lookahead"].as<bool>();
-  p.create_ahead_chunks = get<std::uint32_t>(v, "create-ahead");
   p.device_index = get<int>(v, "device");
   if (p.device_index < 0) throw usage_error("--device must be 0 or more");
-  p.eviction = get<std::string>(v, "eviction");
-  const auto partial = partial_page_policy_from_string(get<std::string>(v, "partial"));
-  if (!partial)
-    throw usage_error(fmt::format("--partial: '{}' is neither cow nor recompute", get<std::string>(v, "partial")));
-  p.partial = *partial;
   if (v.count("calibration") != 0) p.calibration_file = get<std::string>(v, "calibration");
   p.zero_latency = v["zero-latency"].as<bool>();
-  parse_baseline(v, o);
+  (void)latency_model_for(sim::device_config(p));
 }
 
 // Step emulation and the warm-up share of the chunk-creation figures.
@@ -283,12 +205,12 @@ void parse_emulation(const po::variables_map& v, replay_options& o) {
 }
 
 // The replica: batching, context limit and step cost.
-void parse_replica(const po::variables_map& v, replay_options& o) {
+void parse_replica(const po::variables_map& v, const replay_axes& axes, replay_options& o) {
   sim::replay_config& c = o.config;
   c.model = o.model;
   c.gpu = o.gpu;
-  c.time_scale = get<double>(v, "time-scale");
-  if (!(c.time_scale > 0)) throw usage_error("--time-scale must be positive");
+  c.time_scale = axes.time_scale;
+  if (!(c.time_scale > 0) || !std::isfinite(c.time_scale)) throw usage_error("--time-scale must be positive");
   c.max_requests = get<std::uint64_t>(v, "max-requests");
   c.replica.token_budget = get<std::uint32_t>(v, "token-budget");
   c.replica.max_running = get<std::uint32_t>(v, "max-running");
@@ -296,22 +218,22 @@ void parse_replica(const po::variables_map& v, replay_options& o) {
   if (c.replica.max_running == 0) throw usage_error("--max-running must be at least 1");
   c.replica.chunked_prefill = v["chunked-prefill"].as<bool>();
   c.replica.max_context_tokens = o.policy.max_context_tokens;
+  o.policy.prefill_chunk_tokens = c.replica.chunked_prefill ? c.replica.token_budget : 0;
   const auto over = sim::over_context_policy_from_string(get<std::string>(v, "over-context"));
   if (!over)
     throw usage_error(
         fmt::format("--over-context: '{}' is neither reject nor truncate", get<std::string>(v, "over-context")));
   c.replica.over_context = *over;
-  o.pipeline = v.count("pipeline") != 0 ? v["pipeline"].as<bool>() : o.policy_name == "vtensor";
-  c.replica.pipeline = o.pipeline;
   o.overhead_ms = get<double>(v, "step-overhead-ms");
-  if (!(o.overhead_ms >= 0)) throw usage_error("--step-overhead-ms must not be negative");
+  if (!(o.overhead_ms >= 0) || !std::isfinite(o.overhead_ms))
+    throw usage_error("--step-overhead-ms must be a number of 0 or more");
   c.replica.step_overhead_s = o.overhead_ms / 1e3;
   try {
-    o.kernel_factors = sim::load_kernel_factors(get<std::string>(v, "kernel-factors"));
+    o.kernel_factors = sim::load_kernel_factors(axes.kernel_factors);
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
   }
-  c.replica.kernel_factors = o.kernel_factors.of(o.policy_name);
+  c.replica.kernel_factors = o.kernel_factors.of(o.choice.name());
   if (v.count("compute-calibration") != 0) {
     try {
       c.replica.compute = std::make_shared<const sim::compute_calibration>(
@@ -319,13 +241,11 @@ void parse_replica(const po::variables_map& v, replay_options& o) {
     } catch (const std::invalid_argument& e) {
       throw usage_error(fmt::format("--compute-calibration: {}", e.what()));
     }
-    auto p = o.policy;
-    p.backend = "sim";
-    c.replica.kernel_factors = sim::calibrated_factors(
-        c.replica.kernel_factors, sim::make_kv_policy(o.policy_name, p)->access(), *c.replica.compute);
+    c.replica.kernel_factors =
+        sim::calibrated_factors(c.replica.kernel_factors, sim::policy_access(o.choice, o.policy), *c.replica.compute);
   }
   o.sample_ms = get<double>(v, "sample-ms");
-  if (!(o.sample_ms > 0)) throw usage_error("--sample-ms must be positive");
+  if (!(o.sample_ms > 0) || !std::isfinite(o.sample_ms)) throw usage_error("--sample-ms must be positive");
   c.replica.sample_interval_us = static_cast<sim::time_us>(o.sample_ms * 1e3);
 #ifndef NDEBUG
   c.replica.check_sampled = true;  // Note [Sampled invariant checks of a replay] in sim/replica.cpp
@@ -333,8 +253,8 @@ void parse_replica(const po::variables_map& v, replay_options& o) {
 }
 
 // The trace, its format, the model and the GPU.
-void parse_workload(const po::variables_map& v, replay_options& o) {
-  o.trace_path = v.count("trace") != 0 ? get<std::string>(v, "trace") : bundled_trace_impl();
+void parse_workload(const po::variables_map& v, const replay_axes& axes, replay_options& o) {
+  o.trace_path = axes.trace ? *axes.trace : bundled_trace_impl();
   const std::string format_text = get<std::string>(v, "format");
   if (format_text != "auto") {
     o.format = traces::parse_trace_format(format_text);
@@ -349,25 +269,45 @@ void parse_workload(const po::variables_map& v, replay_options& o) {
   }
   o.gpu = *gpu;
   o.model = sim::model_compute_preset(get<std::string>(v, "model"), get<std::uint32_t>(v, "tp"));
-  o.policy_name = get<std::string>(v, "policy");
-  const auto policies = sim::kv_policy_names();
-  if (std::find(policies.begin(), policies.end(), o.policy_name) == policies.end()) {
-    throw usage_error(
-        fmt::format("--policy: unknown policy '{}' (known: {})", o.policy_name, fmt::join(policies, ", ")));
-  }
   o.seed = get<std::uint64_t>(v, "seed");
 }
 
 }  // namespace
 
+sim::policy_choice parse_policy_choice(const std::string& policy, const po::variables_map& v) {
+  const auto policies = sim::kv_policy_names();
+  if (std::find(policies.begin(), policies.end(), policy) == policies.end()) {
+    throw usage_error(fmt::format("--policy: unknown policy '{}' (known: {})", policy, fmt::join(policies, ", ")));
+  }
+  sim::option_texts given;
+  for (const sim::policy_option& option : sim::kv_policy_option_table()) {
+    if (v.count(option.name) != 0 && !v[option.name].defaulted()) given[option.name] = v[option.name].as<std::string>();
+  }
+  return sim::choose_policy(policy, given);
+}
+
+replay_axes replay_axes_of(const po::variables_map& v) {
+  replay_axes a;
+  if (v.count("memory") != 0) a.memory = get<std::string>(v, "memory");
+  a.time_scale = get<double>(v, "time-scale");
+  a.kernel_factors = get<std::string>(v, "kernel-factors");
+  if (v.count("trace") != 0) a.trace = get<std::string>(v, "trace");
+  return a;
+}
+
 replay_options parse_replay_options(const po::variables_map& v) {
+  return parse_replay_options(v, parse_policy_choice(get<std::string>(v, "policy"), v), replay_axes_of(v));
+}
+
+replay_options parse_replay_options(const po::variables_map& v, sim::policy_choice policy, const replay_axes& axes) {
   replay_options o;
-  parse_workload(v, o);
-  parse_policy(v, o);
+  o.choice = std::move(policy);
+  parse_workload(v, axes, o);
+  parse_shared(v, o);
   parse_emulation(v, o);
   parse_backends(v, o);
-  parse_memory(v, o);
-  parse_replica(v, o);
+  parse_memory(axes, o);
+  parse_replica(v, axes, o);
   o.with_wall = !v["no-wall"].as<bool>();
   o.config.replica.measure_wall = o.with_wall;  // the step wall clock is reported only with_wall
   if (v.count("json") != 0) o.json = get<std::string>(v, "json");
@@ -376,14 +316,7 @@ replay_options parse_replay_options(const po::variables_map& v) {
   if ((o.json == "-") + (o.timeseries == "-") + (o.chrome_trace == "-") > 1) {
     throw usage_error("--json, --timeseries and --chrome-trace: only one of them can be '-' (standard output)");
   }
-  // Build everything that can fail on bad input before any output file is opened; a missing GPU
-  // fails here, before any replay.
-  for (const std::string& b : o.backends) {
-    auto p = o.policy;
-    p.backend = b;
-    (void)sim::make_kv_policy(o.policy_name, p);
-  }
-  (void)traces::open_trace(o.trace_path, o.format);
+  (void)traces::open_trace(o.trace_path, o.format);  // a trace that cannot be read fails before any output
   return o;
 }
 
@@ -482,33 +415,12 @@ nlohmann::ordered_json run_config_json(const replay_options& o, const sim::kv_po
     cfg["compute_calibration"] = {{"device", cc.device}, {"model", cc.model}, {"tp", cc.tp}, {"source", cc.source}};
   }
   cfg["sample_ms"] = o.sample_ms;
-  cfg["pipeline"] = o.pipeline;
-  const scheduler_config sched = sim::vtensor_options(p).manager.scheduler;
-  cfg["vmm_critical_path"] =
-      o.pipeline && o.policy_name == "vtensor"
-          ? "step-thread calls but pipelined admissions + modelled waits (admissions mapped beside the previous "
-            "step, lookahead and releases on the worker) + waits behind the worker's call in flight"
-      : !sched.runs_worker() ? "all VMM calls (synchronous mapping)"
-      : sched.create_ahead_chunks == 0
-          ? "step-thread calls + modelled waits (lookahead mapped by the worker)"
-          : "step-thread calls but chunk creation + modelled waits (lookahead mapped and chunks "
-            "created ahead by the worker)";
+  policy.add_run_config(cfg);
   cfg["vmm_clock"] = "latency model (measured VMM time is reported, never fed to the clock)";
   cfg["emulate_steps"] = emulated;
   cfg["step_time_scale"] = o.step_scale;
   cfg["device"] = p.device_index;
   return cfg;
-}
-
-// The policy of a replay: the registry's, with the pipeline for vtensor (Note [Pipelined
-// admission] in core/scheduler.cpp).
-std::unique_ptr<sim::kv_policy> make_policy(const replay_options& o, const sim::kv_policy_options& p) {
-  if (o.policy_name != "vtensor") return sim::make_kv_policy(o.policy_name, p);
-  sim::vtensor_policy_options v = sim::vtensor_options(p);
-  v.manager.scheduler.pipeline = o.pipeline;
-  // The step that computes a prompt's first chunk needs only that chunk's pages (and the cached prefix's).
-  v.manager.scheduler.pipeline_chunk_tokens = o.config.replica.chunked_prefill ? o.config.replica.token_budget : 0;
-  return std::make_unique<sim::vtensor_policy>(std::move(v));
 }
 
 nlohmann::ordered_json replay_run_json(const replay_options& o, const sim::kv_policy_options& p,
@@ -521,18 +433,7 @@ nlohmann::ordered_json replay_run_json(const replay_options& o, const sim::kv_po
   if (!vmm) return json;
   add_vmm_split(json, *vmm, summary, log.creation(o.warmup_fraction), o.warmup_fraction, emulated_ns.value_or(0),
                 with_wall);
-  if (const auto* v = dynamic_cast<const sim::vtensor_policy*>(&policy)) {
-    const auto f = v->pipeline_figures();
-    auto& m = json["vmm_model"];
-    m["pipelined_admission_calls_us"] = us(f.hidden_ns);
-    m["admission_waits"] = f.admission_waits;
-    m["admission_wait_us"] = us(f.admission_wait_ns);
-    m["release_unmaps_on_worker_us"] = us(f.release_ns);
-    m["contended_bookings"] = f.contended_calls;
-    m["contention_us"] = us(f.contention_ns);
-    m["prompt_rest_waits"] = f.rest_waits;
-    m["prompt_rest_wait_us"] = us(f.rest_wait_ns);
-  }
+  policy.extra_figures(json["vmm_model"]);
   return json;
 }
 

@@ -27,13 +27,13 @@ namespace vtensor::tools {
 struct replay_options {
   std::string trace_path;
   std::optional<traces::trace_format> format;  // nullopt: detect
-  std::string policy_name;
-  std::vector<std::string> backends;  // one, or the two of --compare-backends
+  sim::policy_choice choice;                   // the policy and its own settings
+  std::vector<std::string> backends;           // one, or the two of --compare-backends
   bool comparing = false;
   std::optional<bool> emulate_steps;  // nullopt: on for cuda only
   double step_scale = 1.0;
   double warmup_fraction = 0.1;
-  sim::kv_policy_options policy;
+  sim::kv_policy_options policy;  // the settings every policy shares
   sim::model_compute model;
   sim::gpu_preset gpu;
   nlohmann::ordered_json memory_json;
@@ -43,28 +43,52 @@ struct replay_options {
   double sample_ms = 0;
   std::uint64_t seed = 0;
   bool with_wall = true;
-  bool pipeline = false;                                      // pipelined admission (replica and vtensor policy)
   std::optional<std::string> json, timeseries, chrome_trace;  // output files
 
   [[nodiscard]] bool emulate_for(const std::string& backend) const { return emulate_steps.value_or(backend == "cuda"); }
+};
+
+/// The values `compare` varies from point to point (its axes); `replay` takes them from its options.
+struct replay_axes {
+  std::optional<std::string> memory;      // --memory as typed; nullopt: GPU memory minus the weights
+  double time_scale = 1.0;                // --time-scale
+  std::string kernel_factors = "modern";  // --kernel-factors: a set's name or a file
+  std::optional<std::string> trace;       // --trace; nullopt: the bundled excerpt
 };
 
 /// The bundled Mooncake excerpt (the default trace), wherever vtensor was built or installed.
 /// Throws usage_error when it cannot be found.
 [[nodiscard]] std::string bundled_trace_path();
 
-/// The option groups of `vtensor replay`: the trace and replica, the vtensor policy and its
-/// backend, the baseline policies, the outputs; and all four together.
+/// The option groups of `vtensor replay`: the trace and replica, the VMM backend, one group per
+/// policy (from the registry's tables: the options not in an earlier group), the outputs; and
+/// all of them together.
 [[nodiscard]] boost::program_options::options_description workload_options();
-[[nodiscard]] boost::program_options::options_description vtensor_options();
-[[nodiscard]] boost::program_options::options_description baseline_options();
+[[nodiscard]] boost::program_options::options_description backend_options();
+void add_policy_groups(boost::program_options::options_description& into);
 [[nodiscard]] boost::program_options::options_description output_options();
 [[nodiscard]] boost::program_options::options_description replay_option_table();
+/// Every policy's options in one group called `caption` (an arm's options in `compare`).
+[[nodiscard]] boost::program_options::options_description policy_option_table(const std::string& caption);
 
-/// Parses and checks the values of replay_option_table(): builds the policy once and opens the
-/// trace once so that bad input fails before any output. Throws usage_error (exit 2) naming the
-/// option, and std::runtime_error when a backend is not in this build.
+/// Policy `policy` with the options of the policies' tables given in `v` (typed ones only; the
+/// others take their table's default). Throws usage_error for an unknown policy, and
+/// sim::option_error (exit 2) for an option the policy does not read or a bad value.
+[[nodiscard]] sim::policy_choice parse_policy_choice(const std::string& policy,
+                                                     const boost::program_options::variables_map& v);
+
+/// The axes' values given in `v` (replay_option_table()).
+[[nodiscard]] replay_axes replay_axes_of(const boost::program_options::variables_map& v);
+
+/// Parses and checks the values of replay_option_table(), the policy `--policy` with its options
+/// included; opens the trace and loads the calibration once so that bad input fails before any
+/// output. Throws usage_error (exit 2) naming the option, and std::runtime_error when a backend is
+/// not in this build.
 [[nodiscard]] replay_options parse_replay_options(const boost::program_options::variables_map& v);
+/// The same for `policy` and `axes`, given apart (a point of `compare`): the policies' options and
+/// the axes' in `v` are not read.
+[[nodiscard]] replay_options parse_replay_options(const boost::program_options::variables_map& v,
+                                                  sim::policy_choice policy, const replay_axes& axes);
 
 /// Nanoseconds as milliseconds and microseconds.
 [[nodiscard]] double ms(std::uint64_t ns);
@@ -81,12 +105,8 @@ void add_vmm_split(nlohmann::ordered_json& j, const sim::vmm_split_report& r, co
                                                      const sim::kv_policy& policy, traces::trace_format format,
                                                      bool emulated);
 
-/// The policy of a replay: the registry's, with the pipeline for vtensor (Note [Pipelined
-/// admission] in core/scheduler.cpp).
-[[nodiscard]] std::unique_ptr<sim::kv_policy> make_policy(const replay_options& o, const sim::kv_policy_options& p);
-
 /// The summary JSON of one finished replay: summary_json() with the run's config, plus the VMM
-/// split and the pipeline's figures for policies with VMM calls.
+/// split and the policy's extra figures (kv_policy::extra_figures()) for policies with VMM calls.
 [[nodiscard]] nlohmann::ordered_json replay_run_json(const replay_options& o, const sim::kv_policy_options& p,
                                                      const sim::kv_policy& policy, const sim::replay_summary& summary,
                                                      traces::trace_format format, const sim::step_log& log,

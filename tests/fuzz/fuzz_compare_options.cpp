@@ -2,12 +2,14 @@
 // the arguments. Every combination must end in exit 0, 1 or 2 with a message, never a crash or a
 // sanitizer report. The points run on a 4-request trace, one at a time. Arguments that would
 // touch the file system outside the harness (outputs, experiment files, other traces,
-// calibration or kernel-factor files) are left out.
+// calibration or kernel-factor files) are left out. A line "@N" is the N-th option of the
+// policies' tables (fuzzing::table_option()): outside an arm, a usage error to exercise too.
 #include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/fuzz/fuzz_support.hpp"
 #include "tools/cli.hpp"
 
 namespace {
@@ -29,6 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string current;
   for (std::size_t i = 0; i <= size; ++i) {
     if (i == size || data[i] == '\n') {
+      current = vtensor::fuzzing::table_option(current);
       if (!allowed(current)) return 0;
       if (!current.empty()) args.push_back(current);
       current.clear();

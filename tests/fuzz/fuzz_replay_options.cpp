@@ -2,12 +2,14 @@
 // Every combination must end in exit 0, 1 or 2 with a message, never a crash or a sanitizer
 // report. The replay itself runs on a 4-request trace. Arguments that would touch the file system
 // or wall time outside the harness (outputs, other traces or calibration files, step emulation,
-// the GPU) are left out, as are inputs with an option given twice by us (exit 2 anyway).
+// the GPU) are left out, as are inputs with an option given twice by us (exit 2 anyway). A line
+// "@N" is the N-th option of the policies' tables (fuzzing::table_option()).
 #include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/fuzz/fuzz_support.hpp"
 #include "tools/cli.hpp"
 
 namespace {
@@ -30,6 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string current;
   for (std::size_t i = 0; i <= size; ++i) {
     if (i == size || data[i] == '\n') {
+      current = vtensor::fuzzing::table_option(current);
       if (!allowed(current)) return 0;
       if (!current.empty()) args.push_back(current);
       current.clear();

@@ -1,12 +1,14 @@
 #pragma once
 // Shared by the libFuzzer harnesses (tests/fuzz/README.md): the input as a file, for the readers
-// that take a path.
+// that take a path, and the policies' options named from the registry's tables.
 
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
+
+#include "sim/policy_registry.hpp"
 
 namespace vtensor::fuzzing {
 
@@ -18,6 +20,15 @@ inline const std::string& as_file(const std::uint8_t* data, std::size_t size, co
   if (size > 0 && std::fwrite(data, 1, size, f) != size) __builtin_trap();
   std::fclose(f);
   return path;
+}
+
+/// An argument line "@N" as "--NAME", NAME the N-th option (modulo their count) of the
+/// policies' tables (sim::kv_policy_option_table()), so that every policy option, a new one
+/// included, is one short line away; any other line as it is.
+inline std::string table_option(const std::string& line) {
+  if (line.size() < 2 || line[0] != '@' || line.find_first_not_of("0123456789", 1) != std::string::npos) return line;
+  const auto& table = sim::kv_policy_option_table();
+  return "--" + table[std::stoull(line.substr(1, 6)) % table.size()].name;
 }
 
 }  // namespace vtensor::fuzzing

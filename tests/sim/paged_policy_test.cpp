@@ -25,10 +25,12 @@ using blocks = std::vector<std::uint32_t>;
 constexpr std::uint64_t k_token_bytes = 128 * 1024;  // Llama-3-8B, one GPU
 constexpr std::uint64_t k_block_bytes = 16 * k_token_bytes;
 
-kv_policy_options paged_options(std::uint64_t memory, std::uint32_t block_tokens = 16, bool zero_latency = true) {
-  kv_policy_options o = llama_policy(memory, zero_latency);
-  o.block_tokens = block_tokens;
-  return o;
+kv_policy_options paged_options(std::uint64_t memory, bool zero_latency = true) {
+  return llama_policy(memory, zero_latency);
+}
+
+paged_settings blocks_of(std::uint32_t block_tokens, bool prefix_caching = true) {
+  return {block_tokens, prefix_caching};
 }
 
 // A pool of `n` 16-token blocks.
@@ -83,7 +85,7 @@ const std::vector<token_block> k_key2{{2, 512}};
 TEST_SUITE("paged_policy") {
   TEST_CASE("paged: a finite budget is one pool of whole blocks mapped at start, the rest reserved idle") {
     // 10 chunks of 2 MiB hold 6 blocks of 24 tokens (3 MiB); 2 MiB are left below one block.
-    paged_policy p(paged_options(10 * k_chunk_bytes, 24, false));
+    paged_policy p(paged_options(10 * k_chunk_bytes, false), blocks_of(24));
     CHECK(p.num_blocks() == 6);
     CHECK(p.block_bytes() == 24 * k_token_bytes);
     CHECK(p.free_queue() == blocks{0, 1, 2, 3, 4, 5});
@@ -244,7 +246,7 @@ TEST_SUITE("paged_policy") {
 
   TEST_CASE("paged: block sizes that do not divide 512 hash the keys a block straddles, and short last keys") {
     // 24-token blocks (3 MiB): 64 chunks hold 42 blocks. Block 21 covers tokens 504..527, in both keys.
-    paged_policy p(paged_options(64 * k_chunk_bytes, 24));
+    paged_policy p(paged_options(64 * k_chunk_bytes), blocks_of(24));
     CHECK(p.num_blocks() == 42);
     const std::vector<token_block> a{{1, 512}, {2, 512}};
     const std::vector<token_block> b{{1, 512}, {3, 512}};
@@ -273,7 +275,7 @@ TEST_SUITE("paged_policy") {
   }
 
   TEST_CASE("paged: an unlimited budget grows the pool by chunks and never evicts") {
-    paged_policy p(paged_options(k_unlimited, 16, false));
+    paged_policy p(paged_options(k_unlimited, false));
     CHECK(p.num_blocks() == 0);
     CHECK(p.stats().memory.physical_bytes == 0);
     REQUIRE(admit(p, 1, k_key1, 40).admitted);
@@ -293,7 +295,7 @@ TEST_SUITE("paged_policy") {
     CHECK(admit(p, 4, k_key1, 33).hit_tokens == 32);
     check(p);
     // 24-token blocks: the chunks mapped hold whole blocks and a remainder, reserved idle.
-    paged_policy q(paged_options(k_unlimited, 24));
+    paged_policy q(paged_options(k_unlimited), blocks_of(24));
     REQUIRE(admit(q, 1, {}, 30).admitted);  // 2 blocks = 6 MiB = 3 chunks exactly
     CHECK(q.stats().memory.physical_bytes == 3 * k_chunk_bytes);
     REQUIRE(admit(q, 2, {}, 10).admitted);  // a third block: 9 MiB in 5 chunks, 1 MiB idle
@@ -303,9 +305,7 @@ TEST_SUITE("paged_policy") {
   }
 
   TEST_CASE("paged: with prefix caching off nothing hits and nothing is cached") {
-    kv_policy_options o = paged_options(8 * k_chunk_bytes);
-    o.prefix_caching = false;
-    paged_policy p(o);
+    paged_policy p(paged_options(8 * k_chunk_bytes), blocks_of(16, false));
     REQUIRE(admit(p, 1, k_key1, 48).admitted);
     finish(p, 1);
     CHECK(p.stats().breakdown.cached == 0);
@@ -316,9 +316,9 @@ TEST_SUITE("paged_policy") {
   }
 
   TEST_CASE("paged: bad options and misuse are refused") {
-    CHECK_THROWS_WITH_AS(paged_policy(paged_options(8 * k_chunk_bytes, 0)), doctest::Contains("block_tokens"),
-                         std::invalid_argument);
-    CHECK_THROWS_WITH_AS(paged_policy(paged_options(3 * k_mib, 32)), doctest::Contains("memory_bytes"),
+    CHECK_THROWS_WITH_AS(paged_policy(paged_options(8 * k_chunk_bytes), blocks_of(0)),
+                         doctest::Contains("block_tokens"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(paged_policy(paged_options(3 * k_mib), blocks_of(32)), doctest::Contains("memory_bytes"),
                          std::invalid_argument);
     auto p = pool_of(4);
     CHECK_THROWS_AS((void)p->grow(request_id{1}, 1), std::invalid_argument);
@@ -353,7 +353,7 @@ TEST_SUITE("paged_policy") {
         for (const std::uint32_t bt : {16u, 24u}) {
           CAPTURE(bt);
           paged_policy p(std::make_unique<borrowed_backend>(faulty), latency_model::zero(),
-                         paged_options(unlimited ? k_unlimited : 40 * k_chunk_bytes, bt));
+                         paged_options(unlimited ? k_unlimited : 40 * k_chunk_bytes), blocks_of(bt));
           faulty.fail_with_probability(vmm_call::create, 0.05);
           faulty.fail_with_probability(vmm_call::map, 0.01);
           std::mt19937_64 rng(bt);

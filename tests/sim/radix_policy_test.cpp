@@ -23,12 +23,9 @@ namespace {
 
 constexpr std::uint64_t k_token = 128 * 1024;  // Llama-3-8B KV bytes a token
 
-kv_policy_options radix_options(std::uint64_t memory, std::uint32_t page_tokens = 1, bool caching = true) {
-  kv_policy_options o = llama_policy(memory);
-  o.page_tokens = page_tokens;
-  o.prefix_caching = caching;
-  return o;
-}
+kv_policy_options radix_options(std::uint64_t memory) { return llama_policy(memory); }
+
+radix_settings pages_of(std::uint32_t page_tokens, bool caching = true) { return {page_tokens, caching}; }
 
 // A backend over a device the test owns, so the test can look at the device after the policy
 // (and everything stacked on it) is gone.
@@ -218,7 +215,7 @@ TEST_SUITE("radix_policy") {
   }
 
   TEST_CASE("radix: page_tokens 16 matches and inserts whole pages only") {
-    radix_policy p(radix_options(256 * k_mib, 16));  // 128 pages of 16 tokens (2 MiB each)
+    radix_policy p(radix_options(256 * k_mib), pages_of(16));  // 128 pages of 16 tokens (2 MiB each)
     REQUIRE(p.page_bytes() == 16 * k_token);
     REQUIRE(p.pool_pages() == 128);
     REQUIRE(p.admit(req(1, {{1, 512}, {2, 100}}, 612)).admitted);
@@ -272,7 +269,7 @@ TEST_SUITE("radix_policy") {
   }
 
   TEST_CASE("radix: without prefix caching nothing is shared and everything goes back to the free list") {
-    radix_policy p(radix_options(256 * k_mib, 1, false));
+    radix_policy p(radix_options(256 * k_mib), pages_of(1, false));
     REQUIRE(p.admit(req(1, {{1, 512}}, 600)).admitted);
     p.release(request_id{1}, release_reason::finished);
     const kv_admit_result b = p.admit(req(2, {{1, 512}}, 600));
@@ -288,9 +285,9 @@ TEST_SUITE("radix_policy") {
   }
 
   TEST_CASE("radix: an unlimited pool grows by chunks, and a page that does not divide a chunk leaves idle bytes") {
-    kv_policy_options o = radix_options(k_unlimited, 3);  // 384 KiB pages: five to a 2 MiB chunk
+    kv_policy_options o = radix_options(k_unlimited);
     o.zero_latency = false;
-    radix_policy p(o);
+    radix_policy p(o, pages_of(3));  // 384 KiB pages: five to a 2 MiB chunk
     CHECK(p.pool_pages() == 0);
     CHECK(p.stats().memory.physical_bytes == 0);
     REQUIRE(p.admit(req(1, {}, 10)).admitted);  // 4 pages
@@ -325,9 +322,9 @@ TEST_SUITE("radix_policy") {
   }
 
   TEST_CASE("radix: bad options are refused naming the option") {
-    CHECK_THROWS_WITH_AS(radix_policy(radix_options(64 * k_mib, 0)), doctest::Contains("page_tokens"),
+    CHECK_THROWS_WITH_AS(radix_policy(radix_options(64 * k_mib), pages_of(0)), doctest::Contains("page_tokens"),
                          std::invalid_argument);
-    CHECK_THROWS_WITH_AS(radix_policy(radix_options(2 * k_mib, 32)), doctest::Contains("holds no page"),
+    CHECK_THROWS_WITH_AS(radix_policy(radix_options(2 * k_mib), pages_of(32)), doctest::Contains("holds no page"),
                          std::invalid_argument);
     radix_policy p(radix_options(64 * k_mib));
     CHECK_THROWS_AS((void)p.admit(req(1, {}, 0)), std::invalid_argument);
@@ -347,8 +344,8 @@ TEST_SUITE("radix_policy") {
             f.fail_with_probability(vmm_call::create, 0.15);
             f.fail_with_probability(vmm_call::map, 0.1);
           }
-          radix_policy p(radix_options(unlimited ? k_unlimited : 48 * k_mib, page), std::move(faulty),
-                         latency_model::zero());
+          radix_policy p(radix_options(unlimited ? k_unlimited : 48 * k_mib), std::move(faulty), latency_model::zero(),
+                         pages_of(page));
           check(p);
           std::mt19937_64 rng(page * 2 + (unlimited ? 1 : 0));
           std::map<std::uint64_t, std::uint64_t> live;  // id -> tokens it may still grow
@@ -430,9 +427,8 @@ TEST_SUITE("radix_policy") {
   TEST_CASE("radix: a replay at a small memory checked after every step keeps the invariants") {
     const std::string path = std::string(VTENSOR_SOURCE_DIR) + "/traces/data/mooncake_conversation_excerpt.jsonl";
     auto reader = traces::open_trace(path, std::nullopt);
-    kv_policy_options o = llama_policy(2 * k_gib);  // 16,384 tokens: eviction and preemption
-    o.page_tokens = 16;
-    auto p = make_kv_policy("radix", o);
+    const kv_policy_options o = llama_policy(2 * k_gib);  // 16,384 tokens: eviction and preemption
+    auto p = make_kv_policy(policy_choice(pages_of(16)), o);
     replay_config c = llama_replay();  // invariants after every step
     c.max_requests = 200;
     const replay_summary s = run_replay(*reader, *p, c);

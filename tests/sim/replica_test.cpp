@@ -205,16 +205,14 @@ TEST_CASE("replica: synchronous mapping puts VMM time in the step - async lookah
   // Everything but the unmaps of the last release, which no step waits for.
   const vmm_counters& vmm = s_sync.final_memory.vmm;
   CHECK(s_sync.counters.vmm_critical.count() == vmm.total_time_ns() - vmm.time_ns_of(vmm_call::unmap));
-  auto ahead_policy = sync_policy;
-  ahead_policy.lookahead_pages = 2;  // mapped by the worker (async_lookahead defaults to true)
-  auto s_ahead = replay_file(path, ahead_policy, llama_replay());
+  const vtensor_settings ahead{.lookahead_pages = 2};  // mapped by the worker (async_lookahead defaults to true)
+  auto s_ahead = replay_file(path, sync_policy, ahead, llama_replay());
   CHECK(s_ahead.counters.vmm_critical.count() < s_ahead.final_memory.vmm.total_time_ns());
   CHECK(s_ahead.counters.vmm_critical.count() < s_sync.counters.vmm_critical.count());
   CHECK(s_ahead.simulated_seconds < s_sync.simulated_seconds);
   // Synchronous lookahead maps the same pages on the step: no cheaper than no lookahead.
-  auto sync_ahead_policy = ahead_policy;
-  sync_ahead_policy.async_lookahead = false;
-  auto s_sync_ahead = replay_file(path, sync_ahead_policy, llama_replay());
+  const vtensor_settings sync_ahead{.lookahead_pages = 2, .async_lookahead = false};
+  auto s_sync_ahead = replay_file(path, sync_policy, sync_ahead, llama_replay());
   CHECK(s_sync_ahead.counters.vmm_critical.count() > s_ahead.counters.vmm_critical.count());
   CHECK(s_sync_ahead.counters.vmm_critical.count() >= s_sync.counters.vmm_critical.count());
   // Zero latency: no VMM time at all.
@@ -304,15 +302,15 @@ class without_stretches final : public kv_policy {
   [[nodiscard]] std::string do_name() const override { return inner_->name(); }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override { return inner_->describe(); }
   void do_check_invariants() const override { inner_->check_invariants(); }
+  [[nodiscard]] bool do_pipelined() const override { return inner_->pipelined(); }
 
   std::unique_ptr<kv_policy> inner_;
 };
 
-std::unique_ptr<kv_policy> vtensor_with(const kv_policy_options& o, bool pipeline, const replay_config& cfg) {
-  vtensor_policy_options v = vtensor_options(o);
-  v.manager.scheduler.pipeline = pipeline;
-  v.manager.scheduler.pipeline_chunk_tokens = cfg.replica.chunked_prefill ? cfg.replica.token_budget : 0;
-  return std::make_unique<vtensor_policy>(std::move(v));
+std::unique_ptr<kv_policy> vtensor_with(kv_policy_options o, const vtensor_settings& settings,
+                                        const replay_config& cfg) {
+  o.prefill_chunk_tokens = cfg.replica.chunked_prefill ? cfg.replica.token_budget : 0;
+  return make_kv_policy(policy_choice(settings), o);
 }
 
 }  // namespace
@@ -348,15 +346,14 @@ TEST_CASE("replica: decode stretches change no step, request, sample or figure (
     const std::string name = st.name;
     CAPTURE(name);
     auto cfg = llama_replay();
-    cfg.replica.pipeline = st.pipeline;
     cfg.replica.measure_wall = false;
     cfg.replica.sample_interval_us = 20'000;
     if (st.measured) {
       cfg.replica.compute = std::make_shared<const compute_calibration>(
           load_compute_calibration(VTENSOR_SOURCE_DIR "/backends/calibration/h200-compute.json"));
     }
-    auto o = llama_policy(st.memory, false);
-    o.lookahead_pages = st.lookahead;
+    const auto o = llama_policy(st.memory, false);
+    const vtensor_settings settings{.lookahead_pages = st.lookahead, .pipeline = st.pipeline};
     recorder with, without;
     auto run = [&](kv_policy& p, recorder& rec) {
       auto reader = traces::open_trace(path, std::nullopt);
@@ -364,7 +361,7 @@ TEST_CASE("replica: decode stretches change no step, request, sample or figure (
       return run_replay(*reader, p, cfg, observers);
     };
     const std::string policy = st.policy;
-    auto make = [&] { return policy == "vtensor" ? vtensor_with(o, st.pipeline, cfg) : make_kv_policy(policy, o); };
+    auto make = [&] { return policy == "vtensor" ? vtensor_with(o, settings, cfg) : make_kv_policy(policy, o); };
     auto stretching = make();
     without_stretches plain(make());
     const replay_summary a = run(*stretching, with);

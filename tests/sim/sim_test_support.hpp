@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/policy_registry.hpp"
 #include "sim/replay.hpp"
+#include "sim/vtensor_policy.hpp"
 #include "tests/support/scratch_dir.hpp"
 #include "traces/trace_reader.hpp"
 
@@ -56,13 +58,20 @@ inline sim::replay_config llama_replay() {
   return c;
 }
 
-/// Replays `path` through a fresh vtensor policy.
+/// Replays `path` through a fresh vtensor policy with `settings`.
+inline sim::replay_summary replay_file(const std::string& path, const sim::kv_policy_options& policy,
+                                       const sim::vtensor_settings& settings, const sim::replay_config& config,
+                                       std::vector<sim::replica_observer*> observers = {}) {
+  auto reader = traces::open_trace(path, std::nullopt);
+  auto p = sim::make_kv_policy(sim::policy_choice(settings), policy);
+  return sim::run_replay(*reader, *p, config, observers);
+}
+
+/// Replays `path` through a fresh vtensor policy with the settings struct's defaults.
 inline sim::replay_summary replay_file(const std::string& path, const sim::kv_policy_options& policy,
                                        const sim::replay_config& config,
                                        std::vector<sim::replica_observer*> observers = {}) {
-  auto reader = traces::open_trace(path, std::nullopt);
-  auto p = sim::make_kv_policy("vtensor", policy);
-  return sim::run_replay(*reader, *p, config, observers);
+  return replay_file(path, policy, sim::vtensor_settings{}, config, std::move(observers));
 }
 
 inline constexpr std::uint64_t k_unlimited = ~std::uint64_t{0};

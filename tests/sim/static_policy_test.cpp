@@ -20,10 +20,8 @@ namespace {
 
 constexpr std::uint64_t k_token = 128 * 1024;  // llama-3-8b: KV bytes of one token
 
-kv_policy_options static_options(std::uint64_t memory, static_reserve reserve, arena_fit fit) {
+kv_policy_options static_options(std::uint64_t memory) {
   kv_policy_options o = sim_testing::llama_policy(memory);
-  o.reserve = reserve;
-  o.arena = fit;
   o.max_context_tokens = 4096;
   return o;
 }
@@ -36,7 +34,7 @@ kv_admit_result admit(kv_policy& p, std::uint64_t id, std::uint64_t prompt, std:
 
 TEST_SUITE("static_policy") {
   TEST_CASE("static pow2 reserves 32 for 25 and the breakdown splits them") {
-    static_policy p(static_options(k_gib, static_reserve::pow2, arena_fit::first_fit));
+    static_policy p(static_options(k_gib), static_settings{static_reserve::pow2, arena_fit::first_fit});
     CHECK(p.reservation_for(25) == 32);
     CHECK(p.reservation_for(32) == 32);
     CHECK(p.reservation_for(33) == 64);
@@ -57,9 +55,9 @@ TEST_SUITE("static_policy") {
   }
 
   TEST_CASE("static max reserves the maximum context and exact reserves prompt plus output") {
-    static_policy max(static_options(k_gib, static_reserve::max, arena_fit::first_fit));
+    static_policy max(static_options(k_gib), static_settings{static_reserve::max, arena_fit::first_fit});
     CHECK(max.reservation_for(25) == 4096);
-    static_policy exact(static_options(k_gib, static_reserve::exact, arena_fit::first_fit));
+    static_policy exact(static_options(k_gib), static_settings{static_reserve::exact, arena_fit::first_fit});
     CHECK(exact.reservation_for(25) == 25);
     // 1 GiB is 8192 token slots: two maximum-context regions, then nothing.
     REQUIRE(admit(max, 1, 10, 20).admitted);
@@ -73,7 +71,7 @@ TEST_SUITE("static_policy") {
   }
 
   TEST_CASE("first fit takes the lowest hole that fits and leaves the expected hole") {
-    static_policy p(static_options(k_gib, static_reserve::exact, arena_fit::first_fit));
+    static_policy p(static_options(k_gib), static_settings{static_reserve::exact, arena_fit::first_fit});
     REQUIRE(admit(p, 1, 100, 100).admitted);  // [0, 100)
     REQUIRE(admit(p, 2, 200, 200).admitted);  // [100, 300)
     REQUIRE(admit(p, 3, 100, 100).admitted);  // [300, 400)
@@ -129,7 +127,7 @@ TEST_SUITE("static_policy") {
   }
 
   TEST_CASE("static over buddy reports the rounding as internal fragmentation") {
-    static_policy p(static_options(k_gib, static_reserve::exact, arena_fit::buddy));
+    static_policy p(static_options(k_gib), static_settings{static_reserve::exact, arena_fit::buddy});
     REQUIRE(admit(p, 1, 90, 100).admitted);  // 128 slots granted
     const kv_stats s = p.stats();
     CHECK(s.memory.mapped_bytes == 128 * k_token);
@@ -139,10 +137,9 @@ TEST_SUITE("static_policy") {
   }
 
   TEST_CASE("static with an unlimited budget grows its arena by chunks on demand") {
-    kv_policy_options o =
-        static_options(std::numeric_limits<std::uint64_t>::max(), static_reserve::max, arena_fit::buddy);
+    kv_policy_options o = static_options(std::numeric_limits<std::uint64_t>::max());
     o.zero_latency = false;
-    static_policy p(o);
+    static_policy p(o, static_settings{static_reserve::max, arena_fit::buddy});
     CHECK(p.stats().memory.physical_bytes == 0);
     for (std::uint64_t id = 1; id <= 5; ++id) REQUIRE(admit(p, id, 1000, 1100).admitted);
     const kv_stats s = p.stats();
@@ -158,11 +155,11 @@ TEST_SUITE("static_policy") {
         INFO("arena " << k_arena_fit_names.name(fit) << ", reserve " << k_static_reserve_names.name(reserve));
         const auto left = std::make_shared<vmm_live>(vmm_live{99, 99, 99});
         {
-          const kv_policy_options o = static_options(512 * k_mib, reserve, fit);
+          const kv_policy_options o = static_options(512 * k_mib);
           auto inner = std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::zero());
           auto probe = std::make_unique<testing::live_probe_backend>(std::move(inner), left);
           auto pool = std::make_unique<device_pool>(std::move(probe), latency_model::zero(), o.memory_bytes);
-          static_policy p(o, std::move(pool));
+          static_policy p(o, std::move(pool), static_settings{reserve, fit});
           std::mt19937_64 rng(11);
           std::map<std::uint64_t, std::uint64_t> live;  // id -> tokens it may still grow
           std::uint64_t next = 1;
@@ -206,13 +203,14 @@ TEST_SUITE("static_policy") {
 
   TEST_CASE("static refuses to start when the device cannot map its arena, holding nothing") {
     const auto left = std::make_shared<vmm_live>(vmm_live{99, 99, 99});
-    const kv_policy_options o = static_options(64 * k_mib, static_reserve::exact, arena_fit::first_fit);
+    const kv_policy_options o = static_options(64 * k_mib);
     auto faulty = std::make_unique<fault_injection_backend>(
         std::make_unique<sim_backend>(sim_backend::k_unlimited, latency_model::zero()), 1);
     faulty->fail_nth(vmm_call::map, 7);
     auto probe = std::make_unique<testing::live_probe_backend>(std::move(faulty), left);
     CHECK_THROWS_AS(
-        static_policy(o, std::make_unique<device_pool>(std::move(probe), latency_model::zero(), o.memory_bytes)),
+        static_policy(o, std::make_unique<device_pool>(std::move(probe), latency_model::zero(), o.memory_bytes),
+                      static_settings{static_reserve::exact, arena_fit::first_fit}),
         vmm_error);
     CHECK(left->chunks == 0);
     CHECK(left->ranges == 0);

@@ -42,9 +42,7 @@ class borrowed_backend final : public vmm_backend {
 vattention_policy_options llama(std::uint32_t lookahead, bool megacache = false) {
   kv_policy_options o = sim_testing::llama_policy(sim_testing::k_unlimited);
   o.max_context_tokens = 16384;
-  o.lookahead_pages = lookahead;
-  o.megacache = megacache;
-  return vattention_options(o);
+  return vattention_options(o, {.lookahead_pages = lookahead, .megacache = megacache});
 }
 
 std::unique_ptr<vattention_policy> on_device(const vattention_policy_options& o, std::uint64_t chunks,
@@ -434,8 +432,7 @@ TEST_SUITE("vattention_policy") {
   TEST_CASE("vattention policy: the registry builds it with hit tokens always 0") {
     kv_policy_options o = sim_testing::llama_policy(2 * k_gib);
     o.max_context_tokens = 16384;
-    o.lookahead_pages = 1;
-    auto p = make_kv_policy("vattention", o);
+    auto p = make_kv_policy(policy_choice(vattention_settings{.lookahead_pages = 1}), o);
     CHECK(p->name() == "vattention");
     CHECK(p->access() == kv_access{});
     const std::vector<token_block> blocks{{1, 512}, {2, 512}};

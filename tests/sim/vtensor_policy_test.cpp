@@ -16,11 +16,8 @@ namespace {
 
 // Llama-3-8B kv-fused (32 tensors, 512 tokens a page), built-in H200 costs.
 std::unique_ptr<kv_policy> h200_policy(std::uint32_t lookahead, bool async, std::uint32_t create_ahead = 0) {
-  auto o = llama_policy(k_unlimited, false);
-  o.lookahead_pages = lookahead;
-  o.async_lookahead = async;
-  o.create_ahead_chunks = create_ahead;
-  return make_kv_policy("vtensor", o);
+  const vtensor_settings s{.lookahead_pages = lookahead, .async_lookahead = async, .create_ahead_chunks = create_ahead};
+  return make_kv_policy(policy_choice(s), llama_policy(k_unlimited, false));
 }
 
 std::uint64_t page_job_ns() {
@@ -158,15 +155,14 @@ TEST_CASE("vtensor policy: checking invariants after every step changes no decis
   for (std::uint64_t i = 0; i < 24; ++i)
     lines.push_back(mooncake_line(i * 40, 700 + 97 * (i % 5), 30 + i, 100 * (i % 3)));
   const auto path = write_trace("async_checks.jsonl", lines);
-  auto o = llama_policy(k_unlimited, false);  // built-in H200 costs: the worker model matters
-  o.lookahead_pages = 2;
-  o.async_lookahead = true;
+  const auto o = llama_policy(k_unlimited, false);  // built-in H200 costs: the worker model matters
+  const vtensor_settings ahead{.lookahead_pages = 2, .async_lookahead = true};
   auto checked = llama_replay();
   checked.replica.check_every_step = true;
   auto unchecked = llama_replay();
   unchecked.replica.check_every_step = false;
-  const auto a = summary_json(replay_file(path, o, checked), {}, 0, false);
-  const auto b = summary_json(replay_file(path, o, unchecked), {}, 0, false);
+  const auto a = summary_json(replay_file(path, o, ahead, checked), {}, 0, false);
+  const auto b = summary_json(replay_file(path, o, ahead, unchecked), {}, 0, false);
   CHECK(a.dump() == b.dump());
   CHECK(a["vmm_critical_time_us"].get<double>() > 0);
 }

@@ -177,3 +177,34 @@ TEST_CASE("fuzz finding: an argument holding a %name% placeholder is a usage err
   CHECK(r.code == 2);
   CHECK(r.err.find("placeholder") != std::string::npos);
 }
+
+TEST_CASE("options: no memory, a negative count or a number that is not finite exits 2 naming the option") {
+  const std::string t = data("mooncake_small.jsonl");
+  struct bad {
+    std::vector<std::string> args;
+    const char* names;  // what the message must hold
+  };
+  for (const bad& b : std::vector<bad>{
+           {{"replay", t, "--memory", "0"}, "--memory: '0'"},
+           {{"replay", t, "--max-requests", "-1"}, "--max-requests: '-1' is negative"},
+           {{"replay", t, "--tp", "-1"}, "--tp: '-1' is negative"},
+           {{"replay", t, "--token-budget", "-8"}, "--token-budget: '-8' is negative"},
+           {{"replay", t, "--seed", "-3"}, "--seed: '-3' is negative"},
+           {{"replay", t, "--lookahead", "-1"}, "--lookahead: '-1'"},
+           {{"replay", t, "--policy", "paged", "--block-tokens", "-16"}, "--block-tokens: '-16'"},
+           {{"replay", t, "--policy", "paged", "--pipeline", "true"}, "--pipeline applies to policy vtensor"},
+           {{"replay", t, "--time-scale", "inf"}, "--time-scale"},
+           {{"replay", t, "--sample-ms", "inf"}, "--sample-ms"},
+           {{"replay", t, "--step-overhead-ms", "nan"}, "--step-overhead-ms"},
+           {{"compare", t, "--arm", "a=paged", "--memory", "0"}, "--memory: '0'"},
+           {{"compare", t, "--arm", "a=paged", "--jobs", "-1"}, "--jobs: '-1' is negative"},
+           {{"compare", t, "--arm", "a=paged --block-tokens -1"}, "arm a: --block-tokens: '-1'"},
+           {{"gen-trace", "--requests", "-5", "--out", temp_file("never.jsonl").string()}, "--requests: '-5'"},
+       }) {
+    const result r = run(b.args);
+    CAPTURE(b.names);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(b.names) != std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(temp_file("never.jsonl")));
+}
