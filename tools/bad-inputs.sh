@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tries the bad inputs a user meets and prints what vtensor does with each, as a Markdown table
-# (the README's "Bad inputs and faults" table is this script's output). Every case runs the real
+# (the first table of docs/bad-inputs.md is this script's output). Every case runs the real
 # binary in a temporary folder; the table shows the exit code and the first line of the message.
 # Usage: tools/bad-inputs.sh [BINARY]    (default build/bin/vtensor)
 set -uo pipefail
