@@ -174,7 +174,7 @@ paged_policy::paged_policy(const kv_policy_options& options, const paged_setting
 
 paged_policy::paged_policy(std::unique_ptr<vmm_backend> inner, const latency_model& model,
                            const kv_policy_options& options, const paged_settings& settings)
-    : pool_(make_pool(std::move(inner), model, options, settings)) {
+    : pool_policy(make_pool(std::move(inner), model, options, settings)) {
   init(options, settings);
 }
 
@@ -209,7 +209,6 @@ void paged_policy::init(const kv_policy_options& o, const paged_settings& s) {
                     o.memory_bytes, pool_->capacity_bytes() / block_bytes_, s.block_tokens));
   }
   adopt_new_blocks();
-  startup_ns_ = pool_->backend().step_side().total_model_ns();
 }
 
 // Blocks of the chunks mapped since the last call enter the free list in index order (vLLM's
@@ -581,38 +580,13 @@ void paged_policy::do_release(request_id id, release_reason /*why*/) {
 // request, so nothing is `external`. The pool never returns a chunk to the driver, so evicting
 // cached blocks reclaims nothing (`reclaimable` 0) and `cached_pinning` is reported as 0.
 kv_stats paged_policy::do_stats() const {
-  kv_stats s;
-  memory_stats& m = s.memory;
-  m.physical_bytes = pool_->physical_bytes();
-  m.mapped_bytes = held_ * block_bytes_;
-  m.used_bytes = used_tokens_ * token_bytes_;
-  m.cached_bytes = cached_ * block_bytes_;
-  m.free_pool_bytes = free_ * block_bytes_;
-  m.logical_bytes = live_tokens_ * token_bytes_;
-  memory_breakdown& b = s.breakdown;
-  b.used = m.used_bytes;
-  b.internal = m.mapped_bytes - m.used_bytes;
-  b.reserved_idle = m.physical_bytes - blocks_.size() * block_bytes_;
-  b.cached = m.cached_bytes;
-  b.free = m.free_pool_bytes;
-  s.prompt_tokens = prompt_tokens_;
-  s.prefix_hit_tokens = hit_tokens_;
-  s.evictions = evictions_;
-  s.chunks_created = pool_->physical_bytes() / k_chunk_bytes;
-  s.vmm = pool_->backend().counters();
-  return s;
-}
-
-// The reservation and the preallocation are start-up work, on no step; only an unlimited pool's
-// growth is on the clock.
-sim_ns paged_policy::do_vmm_time() const { return sim_ns{pool_->backend().step_side().total_model_ns() - startup_ns_}; }
-
-std::optional<vmm_split_report> paged_policy::do_vmm_report() const {
-  vmm_split_report r;
-  r.step = pool_->backend().step_side();
-  r.critical_model_ns = do_vmm_time().count();
-  r.chunks_created = pool_->physical_bytes() / k_chunk_bytes;
-  return r;
+  return unit_stats({.unit_bytes = block_bytes_,
+                     .units = blocks_.size(),
+                     .held = held_,
+                     .cached = cached_,
+                     .free = free_,
+                     .used_bytes = used_tokens_ * token_bytes_,
+                     .logical_bytes = live_tokens_ * token_bytes_});
 }
 
 nlohmann::ordered_json paged_policy::do_describe() const {

@@ -33,6 +33,7 @@
 
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
+#include "sim/pool_policy.hpp"
 #include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
@@ -49,7 +50,7 @@ struct paged_settings {
 
 /// The paged policy. Reads kv (bytes per token), memory_bytes, backend, calibration_file,
 /// zero_latency and device_index of kv_policy_options, and its own settings.
-class paged_policy final : public kv_policy {
+class paged_policy final : public pool_policy {
  public:
   /// Builds the pool on the backend named in `options`. Throws std::invalid_argument for bad
   /// options (naming the option), unknown_backend_error, calibration_error, vmm_error, or
@@ -77,7 +78,6 @@ class paged_policy final : public kv_policy {
   /// Whether block `b` holds a hash (is in the prefix cache).
   [[nodiscard]] bool cached(std::uint32_t b) const { return blocks_.at(b).hash != 0; }
   /// The device region.
-  [[nodiscard]] const device_pool& pool() const { return *pool_; }
 
  private:
   /// One block of the pool. `hash` is 0 when the block holds none.
@@ -141,9 +141,7 @@ class paged_policy final : public kv_policy {
   kv_memory_view do_advance_round(std::span<const request_id> ids) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
-  [[nodiscard]] sim_ns do_vmm_time() const override;
   [[nodiscard]] kv_access do_access() const override { return {true, block_tokens_}; }
-  [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override;
   [[nodiscard]] std::string do_name() const override { return "paged"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override;
@@ -160,7 +158,6 @@ class paged_policy final : public kv_policy {
   [[nodiscard]] request_state& live(request_id id);
   [[nodiscard]] block_list& free_list_for(const block& b) { return b.hash != 0 || !unlimited_ ? queue_ : spare_; }
 
-  std::unique_ptr<device_pool> pool_;
   std::string backend_name_;
   std::uint64_t memory_bytes_ = 0;
   std::uint64_t token_bytes_ = 0;  // KV bytes per token
@@ -168,7 +165,6 @@ class paged_policy final : public kv_policy {
   std::uint64_t block_bytes_ = 0;
   bool prefix_caching_ = true;
   bool unlimited_ = false;
-  std::uint64_t startup_ns_ = 0;  // modelled VMM time of the constructor (reserve, preallocation)
 
   std::vector<block> blocks_;
   block_list queue_;  // the free-block queue (LRU order)
@@ -182,7 +178,6 @@ class paged_policy final : public kv_policy {
   std::uint64_t free_ = 0;         // ref 0 without a hash
   std::uint64_t used_tokens_ = 0;  // fill of the held blocks (shared ones once)
   std::uint64_t live_tokens_ = 0;  // tokens of live requests
-  std::uint64_t prompt_tokens_ = 0, hit_tokens_ = 0, evictions_ = 0;
 
   std::vector<std::uint64_t>
       hashes_;  // scratch of admit: the hashes of hashed_blocks_ (Note [Hashes of a retried admission])

@@ -18,6 +18,13 @@ std::uint64_t checked_bytes_per_token(const kv_policy_options& o, const radix_se
   return b;
 }
 
+// The pool, after the options are checked (nothing is reserved for bad ones).
+std::unique_ptr<device_pool> make_pool(const kv_policy_options& o, const radix_settings& s,
+                                       std::unique_ptr<vmm_backend> inner, const latency_model& model) {
+  (void)checked_bytes_per_token(o, s);
+  return std::make_unique<device_pool>(std::move(inner), model, o.memory_bytes);
+}
+
 std::uint64_t mix(std::uint64_t h, std::uint64_t x) noexcept {
   h ^= x + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
   h ^= h >> 31;
@@ -35,31 +42,18 @@ std::size_t radix_policy::child_key_hash::operator()(const child_key& k) const n
 }
 
 radix_policy::radix_policy(const kv_policy_options& options, const radix_settings& settings)
-    : options_(options),
-      settings_(settings),
-      bytes_per_token_(checked_bytes_per_token(options, settings)),
-      page_tokens_(settings.page_tokens),
-      page_bytes_(bytes_per_token_ * page_tokens_),
-      pool_(std::make_unique<device_pool>(options.backend, device_config(options), options.memory_bytes)) {
-  nodes_.emplace_back().live = true;  // the root: holds no token, never locked, never evicted
-  startup_ns_ = pool_->backend().step_side().total_model_ns();
-  sync_pool_pages();
-  if (pool_->preallocated() && total_pages_ == 0) {
-    throw std::invalid_argument(fmt::format("radix policy: a KV budget of {} bytes holds no page of {} bytes",
-                                            options.memory_bytes, page_bytes_));
-  }
-}
+    : radix_policy(options, make_backend(options.backend, device_config(options)),
+                   latency_model_for(device_config(options)), settings) {}
 
 radix_policy::radix_policy(const kv_policy_options& options, std::unique_ptr<vmm_backend> inner,
                            const latency_model& model, const radix_settings& settings)
-    : options_(options),
+    : pool_policy(make_pool(options, settings, std::move(inner), model)),
+      options_(options),
       settings_(settings),
       bytes_per_token_(checked_bytes_per_token(options, settings)),
       page_tokens_(settings.page_tokens),
-      page_bytes_(bytes_per_token_ * page_tokens_),
-      pool_(std::make_unique<device_pool>(std::move(inner), model, options.memory_bytes)) {
-  nodes_.emplace_back().live = true;
-  startup_ns_ = pool_->backend().step_side().total_model_ns();
+      page_bytes_(bytes_per_token_ * page_tokens_) {
+  nodes_.emplace_back().live = true;  // the root: holds no token, never locked, never evicted
   sync_pool_pages();
   if (pool_->preallocated() && total_pages_ == 0) {
     throw std::invalid_argument(fmt::format("radix policy: a KV budget of {} bytes holds no page of {} bytes",
@@ -470,37 +464,13 @@ void radix_policy::do_release(request_id id, release_reason /*why*/) {
 }
 
 kv_stats radix_policy::do_stats() const {
-  kv_stats s;
-  memory_stats& m = s.memory;
-  m.physical_bytes = pool_->physical_bytes();
-  m.used_bytes = (locked_pages_ * page_tokens_ + private_tokens_) * bytes_per_token_;
-  m.mapped_bytes = (locked_pages_ + private_pages_) * page_bytes_;
-  m.cached_bytes = unlocked_pages_ * page_bytes_;
-  m.free_pool_bytes = free_pages_ * page_bytes_;
-  m.logical_bytes = logical_tokens_ * bytes_per_token_;
-  memory_breakdown& b = s.breakdown;
-  b.used = m.used_bytes;
-  b.internal = m.mapped_bytes - m.used_bytes;
-  b.reserved_idle = m.physical_bytes - total_pages_ * page_bytes_;
-  b.cached = m.cached_bytes;
-  b.free = m.free_pool_bytes;
-  s.prompt_tokens = prompt_tokens_;
-  s.prefix_hit_tokens = hit_tokens_;
-  s.evictions = evictions_;
-  s.chunks_created = pool_->physical_bytes() / k_chunk_bytes;
-  s.vmm = pool_->backend().counters();
-  return s;
-}
-
-sim_ns radix_policy::do_vmm_time() const { return sim_ns{pool_->backend().step_side().total_model_ns() - startup_ns_}; }
-
-std::optional<vmm_split_report> radix_policy::do_vmm_report() const {
-  vmm_split_report r;
-  r.step = pool_->backend().step_side();
-  r.worker = pool_->backend().worker_side();
-  r.critical_model_ns = do_vmm_time().count();
-  r.chunks_created = pool_->physical_bytes() / k_chunk_bytes;
-  return r;
+  return unit_stats({.unit_bytes = page_bytes_,
+                     .units = total_pages_,
+                     .held = locked_pages_ + private_pages_,
+                     .cached = unlocked_pages_,
+                     .free = free_pages_,
+                     .used_bytes = (locked_pages_ * page_tokens_ + private_tokens_) * bytes_per_token_,
+                     .logical_bytes = logical_tokens_ * bytes_per_token_});
 }
 
 nlohmann::ordered_json radix_policy::do_describe() const {

@@ -39,6 +39,7 @@
 
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
+#include "sim/pool_policy.hpp"
 #include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
@@ -54,7 +55,7 @@ struct radix_settings {
 [[nodiscard]] policy_definition<radix_settings> radix_definition();
 
 /// The policy. Owns its token pool (a sim::device_pool) and its radix tree.
-class radix_policy final : public kv_policy {
+class radix_policy final : public pool_policy {
  public:
   /// Reads kv (bytes per token), memory_bytes, backend, calibration, zero_latency and
   /// device_index of `options`, and its own settings. Throws std::invalid_argument for
@@ -79,7 +80,6 @@ class radix_policy final : public kv_policy {
   /// Nodes of the tree, root excluded.
   [[nodiscard]] std::uint64_t tree_nodes() const { return live_nodes_; }
   /// The pool's device memory.
-  [[nodiscard]] const device_pool& pool() const { return *pool_; }
 
  private:
   static constexpr std::uint32_t k_root = 0;
@@ -135,9 +135,7 @@ class radix_policy final : public kv_policy {
   bool do_grow(request_id id, std::uint64_t tokens) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
-  [[nodiscard]] sim_ns do_vmm_time() const override;
   [[nodiscard]] kv_access do_access() const override { return {true, page_tokens_}; }
-  [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override;
   [[nodiscard]] std::string do_name() const override { return "radix"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override;
@@ -175,8 +173,6 @@ class radix_policy final : public kv_policy {
   std::uint64_t bytes_per_token_ = 0;
   std::uint32_t page_tokens_ = 1;
   std::uint64_t page_bytes_ = 0;
-  std::unique_ptr<device_pool> pool_;
-  std::uint64_t startup_ns_ = 0;  // modelled VMM time of the pool's construction (reserve + preallocation)
 
   std::uint64_t total_pages_ = 0, free_pages_ = 0;
   std::uint64_t locked_pages_ = 0, unlocked_pages_ = 0;
@@ -191,7 +187,6 @@ class radix_policy final : public kv_policy {
   std::uint64_t clock_ = 0;
 
   std::unordered_map<std::uint64_t, live_request> requests_;
-  std::uint64_t prompt_tokens_ = 0, hit_tokens_ = 0, evictions_ = 0;
 };
 
 }  // namespace vtensor::sim

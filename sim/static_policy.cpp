@@ -195,10 +195,10 @@ static_policy::static_policy(const kv_policy_options& options, const static_sett
 
 static_policy::static_policy(const kv_policy_options& options, std::unique_ptr<device_pool> pool,
                              const static_settings& settings)
-    : options_(options),
+    : pool_policy(std::move(pool)),
+      options_(options),
       settings_(settings),
       bytes_per_token_(options.kv.kv_bytes_per_token()),
-      pool_(std::move(pool)),
       arena_(make_arena(settings.arena)) {
   if (bytes_per_token_ == 0) throw std::invalid_argument("static policy: one token's KV is 0 bytes");
   if (options_.max_context_tokens == 0) throw std::invalid_argument("static policy: --max-context is 0");
@@ -301,11 +301,11 @@ void static_policy::do_release(request_id id, release_reason /*why*/) {
 kv_stats static_policy::do_stats() const {
   kv_stats s;
   const std::uint64_t b = bytes_per_token_;
-  s.memory.physical_bytes = pool_->physical_bytes();
   s.memory.mapped_bytes = granted_ * b;
   s.memory.used_bytes = tokens_ * b;
   s.memory.free_pool_bytes = arena_->free_slots() * b;
   s.memory.logical_bytes = tokens_ * b;
+  add_pool_figures(s);
   // Note [Static breakdown].
   const std::uint64_t tail = s.memory.physical_bytes - arena_->capacity() * b;
   s.breakdown.used = tokens_ * b;
@@ -313,23 +313,7 @@ kv_stats static_policy::do_stats() const {
   s.breakdown.internal = (granted_ - max_tokens_) * b;
   s.breakdown.free = arena_->largest_free() * b;
   s.breakdown.external = (arena_->free_slots() - arena_->largest_free()) * b;
-  s.prompt_tokens = prompt_tokens_;
-  s.chunks_created = pool_->backend().inner().counters().calls[static_cast<std::size_t>(vmm_call::create)];
-  s.vmm = pool_->backend().counters();
   return s;
-}
-
-sim_ns static_policy::do_vmm_time() const {
-  return sim_ns{pool_->backend().step_side().total_model_ns() - pool_->startup_vmm_ns()};
-}
-
-std::optional<vmm_split_report> static_policy::do_vmm_report() const {
-  vmm_split_report r;
-  r.step = pool_->backend().step_side();
-  r.worker = pool_->backend().worker_side();
-  r.critical_model_ns = do_vmm_time().count();
-  r.chunks_created = pool_->physical_bytes() / k_chunk_bytes;
-  return r;
 }
 
 nlohmann::ordered_json static_policy::do_describe() const {

@@ -46,6 +46,7 @@
 #include "backends/enum_names.hpp"
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
+#include "sim/pool_policy.hpp"
 #include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
@@ -139,7 +140,7 @@ class buddy_arena final : public arena_allocator {
 };
 
 /// The policy. Not thread-safe (the step thread only).
-class static_policy final : public kv_policy {
+class static_policy final : public pool_policy {
  public:
   /// Maps the arena through `options.backend` (throws what device_pool throws) and picks the
   /// allocator. Throws std::invalid_argument when one token's KV is empty.
@@ -168,8 +169,6 @@ class static_policy final : public kv_policy {
   bool do_grow(request_id id, std::uint64_t tokens) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
-  [[nodiscard]] sim_ns do_vmm_time() const override;
-  [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override;
   [[nodiscard]] std::string do_name() const override { return "static"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override;
@@ -179,13 +178,11 @@ class static_policy final : public kv_policy {
   kv_policy_options options_;
   static_settings settings_;
   std::uint64_t bytes_per_token_ = 0;
-  std::unique_ptr<device_pool> pool_;
   std::unique_ptr<arena_allocator> arena_;
   std::unordered_map<request_id, region> live_;
   std::uint64_t tokens_ = 0;      // written, over live requests
   std::uint64_t max_tokens_ = 0;  // prompt + output, over live requests
   std::uint64_t granted_ = 0;     // slots held, over live requests
-  std::uint64_t prompt_tokens_ = 0;
 };
 
 }  // namespace vtensor::sim

@@ -121,19 +121,16 @@ sim_ns vattention_policy::step_model_ns() const {
 }
 
 void vattention_policy::book_step_calls() {
-  const sim_ns t = step_model_ns();
-  critical_ += t - booked_;
-  booked_ = t;
+  clock_.book_calls(step_model_ns());
 }
 
 void vattention_policy::do_advance_to(sim_us at) {
   const auto t = std::chrono::duration_cast<sim_ns>(at);
-  if (t <= origin_) return;
+  if (!clock_.passes(t)) return;
   // Note [vAttention mapping worker model]: the queued jobs were spawned when the step's own work
   // ended; they run at the next call (so that their time falls in the next step's VMM figures).
   if (!pending_.empty() && !spawn_) spawn_ = now();
-  origin_ = t;
-  critical_at_origin_ = critical_;
+  clock_.advance_to(t);
 }
 
 void vattention_policy::wait_for_rows(slot& s, std::uint64_t below_row) {
@@ -143,11 +140,7 @@ void vattention_policy::wait_for_rows(slot& s, std::uint64_t below_row) {
   for (const job& j : s.jobs) {
     if (j.first_row < below_row) done = j.done;
   }
-  if (done > t) {
-    ++waits_;
-    wait_time_ += done - t;
-    critical_ += done - t;
-  }
+  clock_.wait(t, done);
   const sim_ns after = now();
   std::erase_if(s.jobs, [&](const job& j) { return j.done <= after; });
 }
@@ -395,10 +388,8 @@ void vattention_policy::lookahead(slot& s, sim_ns spawn) {
   const vmm_side delta = minus(backend_->step_side(), before);
   add_to(worker_, delta);
   const sim_ns price{delta.total_model_ns()};
-  worker_free_ = std::max(worker_free_, spawn) + price;
-  ++jobs_;
-  job_time_ += price;
-  if (s.rows > first) s.jobs.push_back({first, worker_free_});
+  const sim_ns done = clock_.run_job(spawn, price);
+  if (s.rows > first) s.jobs.push_back({first, done});
 }
 
 // ---- the interface ----------------------------------------------------------------------------
@@ -524,17 +515,13 @@ kv_stats vattention_policy::do_stats() const {
   return s;
 }
 
-sim_ns vattention_policy::do_vmm_time() const { return step_model_ns() + job_time_; }
+sim_ns vattention_policy::do_vmm_time() const { return step_model_ns() + clock_.job_time; }
 
 vmm_split_report vattention_policy::report() const {
   vmm_split_report r;
   r.step = minus(backend_->step_side(), worker_);
   r.worker = worker_;
-  r.critical_model_ns = critical_.count();
-  r.jobs = jobs_;
-  r.job_model_ns = job_time_.count();
-  r.modelled_waits = waits_;
-  r.modelled_wait_ns = wait_time_.count();
+  clock_.report(r);
   r.async_vmm_ns = worker_.total_charged_ns();
   r.chunks_created = chunks_created_;
   r.chunks_created_ahead = chunks_created_ahead_;

@@ -97,6 +97,7 @@
 #include "core/model_presets.hpp"
 #include "sim/accounting_backend.hpp"
 #include "sim/kv_policy.hpp"
+#include "sim/worker_clock.hpp"
 #include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
@@ -188,7 +189,7 @@ class vattention_policy final : public kv_policy {
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
   [[nodiscard]] sim_ns do_vmm_time() const override;
-  [[nodiscard]] sim_ns do_critical_vmm_time() const override { return critical_; }
+  [[nodiscard]] sim_ns do_critical_vmm_time() const override { return clock_.critical; }
   void do_advance_to(sim_us now) override;
   void do_settle() override {
     flush();
@@ -209,7 +210,7 @@ class vattention_policy final : public kv_policy {
   /// Maps row s.rows with the free list's last buffers_ chunks (Note [A row from the free list in one call]).
   void map_row_from_free(slot& s);
   [[nodiscard]] std::uint64_t row_bytes() const;
-  [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
+  [[nodiscard]] sim_ns now() const { return clock_.now(); }
   [[nodiscard]] sim_ns step_model_ns() const;  // step-side model time, worker jobs' calls excluded
   void book_step_calls();                      // puts the step thread's new calls on the clock
 
@@ -268,8 +269,7 @@ class vattention_policy final : public kv_policy {
 
   // Clock (Note [vAttention mapping worker model]).
   vmm_side worker_;  // calls moved from the step side to the worker side
-  sim_ns booked_{}, critical_{}, origin_{}, critical_at_origin_{}, worker_free_{}, job_time_{}, wait_time_{};
-  std::uint64_t jobs_ = 0, waits_ = 0;
+  worker_clock clock_;  // Note [The modelled worker clock]
 };
 
 }  // namespace vtensor::sim

@@ -132,40 +132,40 @@ void vtensor_policy::book_step_calls() {
   const std::uint64_t calls = step_calls();
   if (calls == booked_calls_) return;  // no call since the last booking: no time either (a decode's growth)
   const sim_ns t = step_model_time();
-  const sim_ns d = t - booked_;
+  const sim_ns d = t - clock_.booked;
   const std::uint64_t new_calls = calls - booked_calls_;
-  booked_ = t;
+  clock_.booked = t;
   booked_calls_ = calls;
   if (d <= sim_ns{0}) return;
   const sim_ns at = now();
-  if (worker_free_ > at && new_calls > 0) {
+  if (clock_.worker_free > at && new_calls > 0) {
     // The rest of the worker's call in flight (Note [Rest of a call in flight] in
     // sim/contention_model.hpp), at most until the worker is free. In a release's unmaps the call
     // is a whole run (one backend call), else one map + set-access.
     const bool in_unmaps = at >= unmap_span_.first && at < unmap_span_.second;
     const double rest = in_unmaps ? k_rest_of_unmap_call * static_cast<double>(unmap_call_.count())
                                   : k_rest_of_map_call * static_cast<double>(worker_call_ns_);
-    const sim_ns behind = std::min(worker_free_ - at, sim_ns{static_cast<std::uint64_t>(rest)});
+    const sim_ns behind = std::min(clock_.worker_free - at, sim_ns{static_cast<std::uint64_t>(rest)});
     contention_ += behind;
     ++contended_;
-    critical_ += behind;
-    worker_free_ += d;
+    clock_.critical += behind;
+    clock_.worker_free += d;
     if (in_unmaps) unmap_span_.second += d;
   }
-  critical_ += d;
+  clock_.critical += d;
 }
 
 // Note [Jobs start when the build ends]: the jobs handed out during a step build join the worker's
 // queue when the build ends (or when the step thread waits for one of them, letting the driver go),
 // in the order they were handed out.
 void vtensor_policy::start_build_jobs(sim_ns at) {
-  sim_ns t = std::max(worker_free_, at);
+  sim_ns t = std::max(clock_.worker_free, at);
   for (const build_job& j : build_jobs_) {
     t += j.price;
     const auto it = last_job_.find(j.request);
     if (it != last_job_.end() && it->second.ticket == j.ticket) it->second.done = t;
   }
-  worker_free_ = t;
+  clock_.worker_free = t;
   build_jobs_.clear();
 }
 
@@ -191,10 +191,7 @@ void vtensor_policy::wait_for(request_id id, std::uint64_t ticket, sim_ns from) 
   }
   if (it->second.done == k_not_started) start_build_jobs(from);  // the step thread lets the driver go
   const sim_ns done = it->second.done;
-  if (done <= from) return;
-  ++waits_;
-  wait_time_ += done - from;
-  critical_ += done - from;
+  clock_.wait(from, done);
 }
 
 void vtensor_policy::submit(request_id id, const op_effects& fx) {
@@ -205,14 +202,13 @@ void vtensor_policy::submit(request_id id, const op_effects& fx) {
   last_job_[id.value] = {fx.worker_job, k_not_started};
   count_worker(vmm_call::map, chunks);
   count_worker(vmm_call::set_access, chunks);
-  ++jobs_;
-  job_time_ += price;
+  clock_.count_job(price);
 }
 
 void vtensor_policy::do_advance_to(sim_us at) {
   const auto t = std::chrono::duration_cast<sim_ns>(at);
-  if (t <= origin_) return;
-  start_build_jobs(now());  // the step build that ran from origin_ ended at now()
+  if (!clock_.passes(t)) return;
+  start_build_jobs(now());  // the step build that ran from clock_.origin ended at now()
   if (pipeline()) {
     // The step that ends at t computed the first chunks of the prompts admitted for it; the next
     // one computes their second chunks, which need the rest of their pages.
@@ -221,9 +217,9 @@ void vtensor_policy::do_advance_to(sim_us at) {
     }
     rest_due_.clear();
     if (release_backlog_ > sim_ns{0}) {
-      const sim_ns from = std::max(worker_free_, release_at_);
-      worker_free_ = from + release_backlog_;
-      unmap_span_ = {from, worker_free_};
+      const sim_ns from = std::max(clock_.worker_free, release_at_);
+      clock_.worker_free = from + release_backlog_;
+      unmap_span_ = {from, clock_.worker_free};
       unmap_call_ = release_backlog_ / std::max<std::uint64_t>(release_runs_, 1);
       release_backlog_ = sim_ns{0};
       release_runs_ = 0;
@@ -233,10 +229,9 @@ void vtensor_policy::do_advance_to(sim_us at) {
     pipelined_window_ = live_ > 0;
     window_start_ = now();
     window_cpu_ = window_start_;
-    window_worker_ = worker_free_;
+    window_worker_ = clock_.worker_free;
   }
-  origin_ = t;
-  critical_at_origin_ = critical_;
+  clock_.advance_to(t);
 }
 
 // An admission with the pipeline (Note [Mapping worker model]). Decided while the previous step
@@ -246,15 +241,15 @@ void vtensor_policy::do_advance_to(sim_us at) {
 void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, bool pipelined) {
   sim_ns start{};
   if (pipelined) {
-    const sim_ns calls = step_model_time() - booked_;
-    booked_ += calls;
+    const sim_ns calls = step_model_time() - clock_.booked;
+    clock_.booked += calls;
     booked_calls_ = step_calls();
     hidden_ += calls;
     window_cpu_ += calls;
     start = std::max(window_worker_, window_cpu_);
   } else {
     book_step_calls();
-    start = std::max(worker_free_, now());
+    start = std::max(clock_.worker_free, now());
   }
   const std::uint64_t tensors = manager_->geometry().tensors();
   auto price = [&](std::uint64_t pages) {
@@ -267,15 +262,15 @@ void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, b
   const sim_ns all = price(fx.worker_pages);
   const sim_ns done = start + all;
   if (pipelined) window_worker_ = done;
-  worker_free_ = pipelined ? std::max(worker_free_ + all, done) : done;
+  clock_.worker_free = pipelined ? std::max(clock_.worker_free + all, done) : done;
   if (fx.worker_job != 0) last_job_[id.value] = {fx.worker_job, done};
   if (fx.worker_pages > fx.first_pages) rest_due_.push_back(done);
-  jobs_ += fx.worker_job != 0 ? 1 : 0;
-  job_time_ += all;
+  clock_.jobs += fx.worker_job != 0 ? 1 : 0;
+  clock_.job_time += all;
   if (first_done > now()) {
     ++admission_waits_;
     admission_wait_time_ += first_done - now();
-    critical_ += first_done - now();
+    clock_.critical += first_done - now();
   }
 }
 
@@ -283,7 +278,7 @@ void vtensor_policy::take_carry() {
   if (carry_ <= sim_ns{0}) return;
   ++rest_waits_;
   rest_wait_time_ += carry_;
-  critical_ += carry_;
+  clock_.critical += carry_;
   carry_ = sim_ns{0};
 }
 
@@ -301,9 +296,9 @@ kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
       return {true, c.hit_tokens, c.cow_bytes};
     }
     if (!c.ok()) {  // decided while the previous step ran too: its calls (eviction, creates) were off the clock
-      hidden_ += step_model_time() - booked_;
-      window_cpu_ += step_model_time() - booked_;
-      booked_ = step_model_time();
+      hidden_ += step_model_time() - clock_.booked;
+      window_cpu_ += step_model_time() - clock_.booked;
+      clock_.booked = step_model_time();
       booked_calls_ = step_calls();
       return {};
     }
@@ -446,17 +441,13 @@ std::array<std::uint64_t, k_vmm_call_kinds> vtensor_policy::handed_calls() const
   return calls;
 }
 
-sim_ns vtensor_policy::do_vmm_time() const { return sim_ns{backend_->step_side().total_model_ns()} + job_time_; }
+sim_ns vtensor_policy::do_vmm_time() const { return sim_ns{backend_->step_side().total_model_ns()} + clock_.job_time; }
 
 vtensor_vmm_report vtensor_policy::report() const {
   vtensor_vmm_report r;
   r.step = backend_->step_side();
   r.worker = backend_->worker_side();
-  r.critical_model_ns = critical_.count();
-  r.jobs = jobs_;
-  r.job_model_ns = job_time_.count();
-  r.modelled_waits = waits_;
-  r.modelled_wait_ns = wait_time_.count();
+  clock_.report(r);
   const manager_stats m = manager_->stats();
   r.mapping_waits = m.mapping_waits;
   r.mapping_wait_ns = m.mapping_wait_ns;

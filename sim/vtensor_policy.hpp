@@ -102,6 +102,7 @@
 #include "core/manager.hpp"
 #include "sim/accounting_backend.hpp"
 #include "sim/kv_policy.hpp"
+#include "sim/worker_clock.hpp"
 #include "sim/policy_options.hpp"
 
 namespace vtensor::sim {
@@ -200,7 +201,7 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> do_vmm_calls() const override;
   [[nodiscard]] std::uint64_t do_chunks_created() const override { return manager_->chunks_created(); }
   [[nodiscard]] sim_ns do_vmm_time() const override;
-  [[nodiscard]] sim_ns do_critical_vmm_time() const override { return critical_; }
+  [[nodiscard]] sim_ns do_critical_vmm_time() const override { return clock_.critical; }
   void do_advance_to(sim_us now) override;
   void do_settle() override { manager_->settle(); }
   [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override { return report(); }
@@ -219,7 +220,7 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] bool counts_handed_calls() const;
   [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> handed_calls() const;
   [[nodiscard]] sim_ns step_model_time() const;  // step thread's priced calls (creates excluded with create-ahead)
-  [[nodiscard]] sim_ns now() const { return origin_ + (critical_ - critical_at_origin_); }
+  [[nodiscard]] sim_ns now() const { return clock_.now(); }
   void book_step_calls();  // adds the step thread's new calls to the clock (Note [Driver contention])
   [[nodiscard]] std::uint64_t step_calls() const;  // step-thread calls so far
   [[nodiscard]] bool pipeline() const { return options_.manager.scheduler.pipeline; }
@@ -242,14 +243,7 @@ class vtensor_policy final : public kv_policy {
   accounting_backend* backend_;                 // backend_owner_, as its type
   std::unique_ptr<manager> manager_;
   std::unordered_map<std::uint64_t, worker_job> last_job_;  // request id -> its last job
-  sim_ns booked_{};                                         // step_model_time() already on the clock
-  sim_ns critical_{};                                       // step-thread calls + waits, modelled
-  sim_ns origin_{};                                         // simulated time of the last advance_to
-  sim_ns critical_at_origin_{};                             // critical_ then
-  sim_ns worker_free_{};                                    // the worker clock
-  sim_ns job_time_{};                                       // modelled price of the jobs
-  sim_ns wait_time_{};                                      // modelled waits
-  std::uint64_t jobs_ = 0, waits_ = 0;
+  worker_clock clock_;  // Note [The modelled worker clock]; `booked` is step_model_time() on the clock
   std::uint64_t live_ = 0;                   // requests admitted and not released
   std::uint64_t booked_calls_ = 0;           // step-thread calls already on the clock
   std::uint64_t worker_call_ns_ = 0;         // one map + set-access of the worker
