@@ -1,8 +1,8 @@
 // The run operations of issue 13 against the chunk-by-chunk paths they replace, on the simulated
 // device with every VMM call free (bench_support.hpp). Time is per chunk (items/s = chunks/s):
-//   BM_take_chunks/one_by_one   alloc_chunk() n times from a warm free pool (before issue 13)
-//   BM_take_chunks/run          alloc_chunks(n): the pool's part in one step (Note [Allocating a
-//                               run of chunks] in core/operations.cpp)
+//   BM_take_chunks/one_by_one   chunk_pool::alloc() n times from a warm free pool (before issue 13)
+//   BM_take_chunks/run          chunk_pool::alloc_run(n): the pool's part in one step (Note [Allocating a
+//                               run of chunks] in core/chunk_pool.cpp)
 //   BM_map_chunks/one_by_one    map_with_access per chunk on sim_backend, then one unmap of the run
 //   BM_map_chunks/run           map_run_with_access over the run (Note [Runs of maps])
 //   BM_worker_job/thread        a job of n maps handed to the worker thread, waited for, unmapped
@@ -41,8 +41,8 @@ struct warm_pool {
   operations ops{sim, geometry, k_vtensor_bytes, make_eviction_policy("lru"), 0};
   explicit warm_pool(std::size_t warm) {
     std::vector<chunk_id> chunks;
-    if (!ops.alloc_chunks(warm, false, chunks)) throw std::runtime_error("bench: cannot warm the pool");
-    for (chunk_id c : chunks) ops.unuse(c);
+    if (!ops.pool().alloc_run(warm, nullptr, chunks)) throw std::runtime_error("bench: cannot warm the pool");
+    for (chunk_id c : chunks) ops.pool().unuse(c);
   }
 };
 
@@ -54,12 +54,12 @@ void BM_take_chunks(benchmark::State& state, bool run) {
   for (auto _ : state) {
     chunks.clear();
     if (run) {
-      if (!pool.ops.alloc_chunks(n, false, chunks)) state.SkipWithError("alloc_chunks failed");
+      if (!pool.ops.pool().alloc_run(n, nullptr, chunks)) state.SkipWithError("alloc_chunks failed");
     } else {
-      for (std::size_t i = 0; i < n; ++i) chunks.push_back(*pool.ops.alloc_chunk());
+      for (std::size_t i = 0; i < n; ++i) chunks.push_back(*pool.ops.pool().alloc());
     }
     benchmark::DoNotOptimize(chunks.data());
-    for (chunk_id c : chunks) pool.ops.unuse(c);
+    for (chunk_id c : chunks) pool.ops.pool().unuse(c);
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
 }

@@ -147,7 +147,7 @@ async_counters async_mapper::counters() const {
 // loop, took it again before the waiting step thread woke, so a step-thread call waited 12-16 ms
 // (hundreds of worker calls) instead of one call (results/gpu/2026-12-03-h200-issue11-contention).
 // So the step thread takes the driver for a whole manager operation (hold_driver(), by
-// operations::driver_scope in every manager call): the worker checks before each call and waits
+// vmm_gate::driver_scope in every manager call): the worker checks before each call and waits
 // while the step thread holds it. A step-thread operation then waits at most for the one worker
 // call in flight, and none of its later calls waits; the worker's next call waits for the whole
 // operation. This is the form Note [Driver contention] in sim/vtensor_policy.hpp models. The

@@ -83,7 +83,7 @@ struct async_counters {
   std::uint64_t failed_jobs = 0;      ///< map jobs that failed on the worker
 };
 
-/// The worker. Created by operations when asynchronous lookahead is on.
+/// The worker. Created by the vmm_gate (core/vmm_gate.hpp) when asynchronous lookahead is on.
 class async_mapper {
  public:
   /// With `inline_jobs`, no thread: each job runs in submit() (Note [Inline worker]).

@@ -37,7 +37,7 @@ void manager::after_op() {
 void manager::check_sampled() const {
 #ifdef VTENSOR_EXPENSIVE_CHECKS
   constexpr std::uint64_t k_check_budget = 1024;  // 4,096 left the sanitizer replays at 25 min each
-  const std::uint64_t size = scheduler_.ops().mappings().size() + scheduler_.ops().tree().node_count();
+  const std::uint64_t size = scheduler_.ops().maps().records().size() + scheduler_.ops().cache().tree().node_count();
   const std::uint64_t period = std::max<std::uint64_t>(1, (size + k_check_budget - 1) / k_check_budget);
   if (++ops_since_check_ < period) return;
   ops_since_check_ = 0;
@@ -48,7 +48,7 @@ void manager::check_sampled() const {
 create_result manager::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
                               std::uint64_t max_tokens) {
   const mutex_lock lock(mutex_);
-  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
+  const vmm_gate::driver_scope driver(scheduler_.ops().gate());  // Note [Driver hand-over]
   auto r = scheduler_.create(id, blocks, prompt_tokens, max_tokens);
   after_op();
   return r;
@@ -56,7 +56,7 @@ create_result manager::create(request_id id, std::span<const token_block> blocks
 
 extend_result manager::extend(request_id id, std::uint64_t tokens) {
   const mutex_lock lock(mutex_);
-  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
+  const vmm_gate::driver_scope driver(scheduler_.ops().gate());  // Note [Driver hand-over]
   auto r = scheduler_.extend(id, tokens);
   after_op();
   return r;
@@ -91,7 +91,7 @@ memory_stats manager::grow_round(round_lease& lease) {
 
 create_result manager::fork(request_id parent, request_id child) {
   const mutex_lock lock(mutex_);
-  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
+  const vmm_gate::driver_scope driver(scheduler_.ops().gate());  // Note [Driver hand-over]
   auto r = scheduler_.fork(parent, child);
   after_op();
   return r;
@@ -99,7 +99,7 @@ create_result manager::fork(request_id parent, request_id child) {
 
 op_effects manager::finish(request_id id, std::span<const token_block> extra_blocks) {
   const mutex_lock lock(mutex_);
-  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
+  const vmm_gate::driver_scope driver(scheduler_.ops().gate());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.finish(id, extra_blocks);
   after_op();
   return fx;
@@ -107,7 +107,7 @@ op_effects manager::finish(request_id id, std::span<const token_block> extra_blo
 
 op_effects manager::preempt(request_id id) {
   const mutex_lock lock(mutex_);
-  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
+  const vmm_gate::driver_scope driver(scheduler_.ops().gate());  // Note [Driver hand-over]
   const op_effects fx = scheduler_.preempt(id);
   after_op();
   return fx;
@@ -147,20 +147,21 @@ manager_stats manager::stats() const {
   s.recomputed_tokens = sc.recomputed_tokens;
   s.preemption_signals = sc.preemption_signals;
   s.preempted = sc.preempted;
-  s.cow_bytes = ops.counters().cow_bytes;
-  s.evicted_nodes = ops.counters().evicted_nodes;
-  s.tree_nodes = ops.tree().node_count();
-  s.tree_pages = ops.tree().page_count();
-  s.vmm = ops.vmm_stats();
-  const async_counters a = ops.async_stats();
+  const operation_counters c = ops.counters();
+  s.cow_bytes = c.cow_bytes;
+  s.evicted_nodes = c.evicted_nodes;
+  s.tree_nodes = ops.cache().tree().node_count();
+  s.tree_pages = ops.cache().tree().page_count();
+  s.vmm = ops.gate().vmm_stats();
+  const async_counters a = ops.gate().async_stats();
   s.async_vmm_ns = a.worker_vmm_ns;
   s.async_mapped_chunks = a.mapped_chunks;
-  s.chunks_created_ahead = ops.counters().created_ahead;
-  s.chunks_created = ops.counters().chunks_created;
+  s.chunks_created_ahead = c.created_ahead;
+  s.chunks_created = c.chunks_created;
   s.mapping_waits = a.waits;
   s.mapping_wait_ns = a.wait_ns;
-  s.driver_lock_waits = ops.counters().lock_waits;
-  s.driver_lock_wait_ns = ops.counters().lock_wait_ns;
+  s.driver_lock_waits = c.lock_waits;
+  s.driver_lock_wait_ns = c.lock_wait_ns;
   return s;
 }
 
@@ -171,23 +172,23 @@ memory_stats manager::memory() const {
 
 vmm_counters manager::vmm() const {
   const mutex_lock lock(mutex_);
-  return scheduler_.ops().vmm_stats();
+  return scheduler_.ops().gate().vmm_stats();
 }
 
 std::uint64_t manager::chunks_created() const {
   const mutex_lock lock(mutex_);
-  return scheduler_.ops().counters().chunks_created;
+  return scheduler_.ops().pool().chunks_created();
 }
 
 std::size_t manager::trim() {
   const mutex_lock lock(mutex_);
-  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
+  const vmm_gate::driver_scope driver(scheduler_.ops().gate());  // Note [Driver hand-over]
   return scheduler_.trim();
 }
 
 void manager::shutdown() {
   const mutex_lock lock(mutex_);
-  const operations::driver_scope driver(scheduler_.ops());  // Note [Driver hand-over]
+  const vmm_gate::driver_scope driver(scheduler_.ops().gate());  // Note [Driver hand-over]
   scheduler_.shutdown();
 }
 

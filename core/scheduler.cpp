@@ -20,10 +20,10 @@ scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_confi
     throw std::invalid_argument(fmt::format("scheduler: lookahead batch {} must be between 1 and the lookahead ({})",
                                             config_.lookahead_batch, config_.lookahead_pages));
   }
-  if (config_.runs_worker()) ops_.enable_async(config_.inline_worker);
+  if (config_.runs_worker()) ops_.gate().enable_async(config_.inline_worker);
 }
 
-scheduler::~scheduler() { ops_.untrack_all(); }  // live records unlink before they are destroyed
+scheduler::~scheduler() { ops_.maps().untrack_all(); }  // live records unlink before they are destroyed
 
 vtensor_record& scheduler::get(request_id id) {
   auto it = live_.find(id);
@@ -91,25 +91,25 @@ void scheduler::map_pages(vtensor_record& r, std::span<const chunk_id> chunks, s
   // records are made page by page, in the order of `chunks`, prefetched a few chunks ahead (Note
   // [Dense chunk records] in pset.hpp): tensor by tensor, each record's miss came alone.
   constexpr std::size_t k_ahead = 8;
-  for (std::size_t k = 0; k < chunks.size() && k < k_ahead; ++k) ops_.prefetch_record(chunks[k]);
+  for (std::size_t k = 0; k < chunks.size() && k < k_ahead; ++k) ops_.maps().prefetch_record(chunks[k]);
   for (std::uint32_t i = 0; i < pages; ++i) {
     const std::uint32_t p = first + i;
     for (std::uint32_t t = 0; t < tensors; ++t) {
       const std::size_t k = std::size_t{i} * tensors + t;
-      if (k + k_ahead < chunks.size()) ops_.prefetch_record(chunks[k + k_ahead]);
-      r.maps[std::size_t{p} * tensors + t] = &ops_.map_deferred_into(
+      if (k + k_ahead < chunks.size()) ops_.maps().prefetch_record(chunks[k + k_ahead]);
+      r.maps[std::size_t{p} * tensors + t] = &ops_.maps().map_deferred_into(
           r.page_addr(t, p, chunk), chunks[k], r.id, i < shared_count, job.maps[std::size_t{t} * pages + i]);
     }
   }
   if (deferred) {
-    r.ticket = ops_.submit(std::move(job));
+    r.ticket = ops_.gate().submit(std::move(job));
     fx.worker_pages += pages;
     fx.worker_job = r.ticket;
   } else {
     try {
-      ops_.run_now(job);
+      ops_.gate().run_now(job);
     } catch (...) {
-      for (std::size_t k = std::size_t{first} * tensors; k < r.maps.size(); ++k) ops_.unrecord(*r.maps[k]);
+      for (std::size_t k = std::size_t{first} * tensors; k < r.maps.size(); ++k) ops_.maps().unrecord(*r.maps[k]);
       r.maps.resize(std::size_t{first} * tensors);
       throw;
     }
@@ -138,9 +138,9 @@ void scheduler::top_up(vtensor_record& r, std::uint32_t needed, op_effects& fx) 
   std::vector<chunk_id> chunks;
   alloc_ahead(target - r.mapped_pages, chunks, fx);
   try {
-    map_pages(r, chunks, 0, ops_.async(), fx);
+    map_pages(r, chunks, 0, ops_.gate().async(), fx);
   } catch (...) {
-    for (chunk_id c : chunks) ops_.unuse(c);
+    for (chunk_id c : chunks) ops_.pool().unuse(c);
     throw;
   }
 }
@@ -151,7 +151,7 @@ std::uint32_t scheduler::lookahead_target(const vtensor_record& r, std::uint32_t
 
 void scheduler::alloc_ahead(std::uint32_t pages, std::vector<chunk_id>& chunks, op_effects& fx) {
   for (std::uint32_t i = 0; i < pages; ++i) {
-    if (!ops_.alloc_chunks(geometry_.tensors(), false, chunks)) {
+    if (!ops_.pool().alloc_run(geometry_.tensors(), nullptr, chunks)) {
       fx.lookahead_misses += pages - i;
       return;
     }
@@ -172,8 +172,8 @@ std::uint64_t scheduler::unmap_all(vtensor_record& r, op_effects* fx) {
   mapping_job job;
   std::vector<device_addr> never_mapped;  // failed on the worker, not retried: nothing to unmap
   if (fx == nullptr) {
-    ops_.wait(r.ticket, false);  // deferred mappings must be in place before they are undone
-    if (r.base != 0) never_mapped = ops_.forget_failed(r.base, r.base + vtensor_bytes_);
+    ops_.gate().wait(r.ticket, false);  // deferred mappings must be in place before they are undone
+    if (r.base != 0) never_mapped = ops_.gate().forget_failed(r.base, r.base + vtensor_bytes_);
   }
   r.ticket = 0;
   for (std::uint32_t t = 0; t < tensors; ++t) {
@@ -183,12 +183,12 @@ std::uint64_t scheduler::unmap_all(vtensor_record& r, op_effects* fx) {
       std::size_t from = 0;  // unmap the runs between pages that were never mapped
       for (std::size_t i = 0; i <= run_.size(); ++i) {
         if (i < run_.size() && !std::binary_search(never_mapped.begin(), never_mapped.end(), run_[i]->va)) continue;
-        ops_.unmap_run(std::span<mapping* const>(run_).subspan(from, i - from));
-        if (i < run_.size()) ops_.unrecord(*run_[i]);
+        ops_.maps().unmap_run(std::span<mapping* const>(run_).subspan(from, i - from));
+        if (i < run_.size()) ops_.maps().unrecord(*run_[i]);
         from = i + 1;
       }
     } else if (!run_.empty()) {
-      ops_.unmap_run_deferred(run_, job);
+      ops_.maps().unmap_run_deferred(run_, job);
       fx->worker_unmaps += static_cast<std::uint32_t>(run_.size());
       ++fx->unmap_runs;
     }
@@ -198,18 +198,18 @@ std::uint64_t scheduler::unmap_all(vtensor_record& r, op_effects* fx) {
   r.mapped_pages = 0;
   r.ready_pages = 0;
   if (fx != nullptr) {
-    ops_.untrack(r);
-    ops_.free_range_deferred(r.base, job);
+    ops_.maps().untrack(r);
+    ops_.ranges().free_deferred(r.base, job);
     fx->worker_frees += static_cast<std::uint32_t>(job.free_ranges.size());
-    ops_.submit(std::move(job));
+    ops_.gate().submit(std::move(job));
   }
   return waited;
 }
 
 void scheduler::wait_ready(vtensor_record& r, op_effects& fx) {
   fx.waited_job = r.ticket;
-  ops_.wait(r.ticket, true);
-  fx.retried_jobs += static_cast<std::uint32_t>(ops_.retry_failed());
+  ops_.gate().wait(r.ticket, true);
+  fx.retried_jobs += static_cast<std::uint32_t>(ops_.gate().retry_failed());
   r.ready_pages = r.mapped_pages;
 }
 
@@ -227,12 +227,12 @@ void scheduler::wait_ready(vtensor_record& r, op_effects& fx) {
 // not mapped, and the range.
 void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
   (void)unmap_all(r);
-  for (chunk_id c : chunks) ops_.unuse(c);
+  for (chunk_id c : chunks) ops_.pool().unuse(c);
   if (r.base != 0) {
-    ops_.untrack(r);
-    ops_.free_range(r.base);
+    ops_.maps().untrack(r);
+    ops_.ranges().free(r.base);
   }
-  if (r.pinned != nullptr) ops_.tree().unpin(*r.pinned);
+  if (r.pinned != nullptr) ops_.cache().tree().unpin(*r.pinned);
   r.pinned = nullptr;
 }
 
@@ -244,7 +244,7 @@ void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
 bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
                       std::span<const chunk_id> partial_src, std::uint64_t partial_bytes, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
-  if (!ops_.alloc_chunks(std::size_t{needed - shared} * tensors, true, chunks)) {
+  if (!ops_.pool().alloc_run(std::size_t{needed - shared} * tensors, &ops_.cache(), chunks)) {
     discard(rec, {});
     ++counters_.preemption_signals;
     return false;
@@ -262,10 +262,10 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
     }
     return true;
   }
-  const std::span<const chunk_id> now(chunks.begin(), ops_.async() ? required : chunks.size());
+  const std::span<const chunk_id> now(chunks.begin(), ops_.gate().async() ? required : chunks.size());
   try {
-    rec.base = ops_.alloc_range();
-    ops_.track(rec);
+    rec.base = ops_.ranges().alloc();
+    ops_.maps().track(rec);
     map_pages(rec, now, shared, false, fx);
     for (std::uint32_t t = 0; t < tensors && partial_bytes > 0; ++t) {
       ops_.copy_prefix(rec.page_addr(t, shared, geometry_.chunk_bytes()), partial_src[t], partial_bytes);
@@ -275,7 +275,7 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
     discard(rec, own);
     throw;
   }
-  ops_.create_ahead(config_.create_ahead_chunks);
+  ops_.pool().create_ahead(config_.create_ahead_chunks);
   return true;
 }
 
@@ -298,8 +298,8 @@ void scheduler::build_pipelined(vtensor_record& rec, const std::vector<chunk_id>
                                 std::uint64_t partial_bytes, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
   const auto total = static_cast<std::uint32_t>(chunks.size() / tensors);
-  rec.base = ops_.alloc_range();
-  ops_.track(rec);
+  rec.base = ops_.ranges().alloc();
+  ops_.maps().track(rec);
   // Jobs end at these pages: the partial page (waited for, then copied into), the first chunk's
   // pages, the rest of the prompt and the lookahead pages.
   std::uint32_t first = needed;
@@ -380,7 +380,7 @@ scheduler::prefix_match scheduler::match_prefix(std::span<const token_block> blo
   const std::uint64_t chunk = geometry_.chunk_bytes();
   const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
   prefix_match m;
-  m.path = ops_.tree().match(blocks);
+  m.path = ops_.cache().tree().match(blocks);
   const std::uint64_t matched = std::min(m.path.tokens, prompt_tokens - 1);  // one token is always computed
   if (matched > 0) {
     for (const radix_node* n : m.path.nodes) {
@@ -414,7 +414,7 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
   rec->blocks.assign(blocks.begin(), blocks.end());
   if (m.hit > 0) {
     rec->pinned = m.path.deepest();
-    ops_.tree().pin(*rec->pinned);
+    ops_.cache().tree().pin(*rec->pinned);
   }
   std::vector<chunk_id> chunks;
   chunks.reserve(std::size_t{needed + config_.lookahead_pages} * geometry_.tensors());
@@ -437,12 +437,13 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
 // lookahead ones when there is no worker. False when out of memory (nothing changed but evictions).
 bool scheduler::map_needed(vtensor_record& r, std::uint32_t needed, op_effects& fx) {
   std::vector<chunk_id> chunks;
-  if (!ops_.alloc_chunks(std::size_t{needed - r.mapped_pages} * geometry_.tensors(), true, chunks)) return false;
-  if (!ops_.async()) alloc_ahead(lookahead_target(r, needed) - needed, chunks, fx);
+  if (!ops_.pool().alloc_run(std::size_t{needed - r.mapped_pages} * geometry_.tensors(), &ops_.cache(), chunks))
+    return false;
+  if (!ops_.gate().async()) alloc_ahead(lookahead_target(r, needed) - needed, chunks, fx);
   try {
     map_pages(r, chunks, 0, false, fx);
   } catch (...) {
-    for (chunk_id c : chunks) ops_.unuse(c);
+    for (chunk_id c : chunks) ops_.pool().unuse(c);
     throw;
   }
   return true;
@@ -476,7 +477,7 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
   if (needed > r.ready_pages) wait_ready(r, fx);  // a page it needs was mapped by the worker: wait until done
   if (config_.lookahead_pages > 0 && needed > geometry_.pages_for_tokens(r.tokens)) {
     top_up(r, needed, fx);
-    ops_.create_ahead(config_.create_ahead_chunks);
+    ops_.pool().create_ahead(config_.create_ahead_chunks);
   }
   grow(r, tokens);
   pool_effects(before, fx);
@@ -558,7 +559,7 @@ create_result scheduler::fork(request_id parent_id, request_id child_id) {
   // The parent's whole pages become an immutable shared prefix (it never writes them again).
   account(parent, -1);
   for (std::uint32_t p = parent.shared_pages; p < shared; ++p) {
-    for (std::uint32_t t = 0; t < tensors; ++t) ops_.make_shared(*parent.maps[std::size_t{p} * tensors + t]);
+    for (std::uint32_t t = 0; t < tensors; ++t) ops_.maps().make_shared(*parent.maps[std::size_t{p} * tensors + t]);
   }
   parent.shared_pages = std::max(parent.shared_pages, shared);
   account(parent, +1);
@@ -567,7 +568,7 @@ create_result scheduler::fork(request_id parent_id, request_id child_id) {
   const auto needed = static_cast<std::uint32_t>(std::max<std::uint64_t>(geometry_.pages_for_tokens(hit), shared));
   if (parent.pinned != nullptr) {
     rec->pinned = parent.pinned;
-    ops_.tree().pin(*rec->pinned);
+    ops_.cache().tree().pin(*rec->pinned);
   }
   std::vector<chunk_id> chunks;
   for (std::uint32_t p = 0; p < shared; ++p) {
@@ -599,7 +600,7 @@ void scheduler::record_prefix(vtensor_record& r, std::span<const token_block> ex
     if (key.size() < r.blocks.size()) break;
   }
   if (key_tokens == 0) return;
-  radix_path path = ops_.tree().insert(key);
+  radix_path path = ops_.cache().tree().insert(key);
   const std::uint64_t recorded = path.tokens;
   const std::uint64_t chunk = geometry_.chunk_bytes();
   const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
@@ -618,21 +619,21 @@ void scheduler::record_prefix(vtensor_record& r, std::span<const token_block> ex
     if (radix_tree::covers(*path.nodes[n], p, v.valid_bytes)) continue;
     v.chunks.reserve(tensors);
     for (std::uint32_t t = 0; t < tensors; ++t) v.chunks.push_back(r.maps[std::size_t{p} * tensors + t]->chunk);
-    ops_.record_page(*path.nodes[n], std::move(v));
+    ops_.cache().record_page(*path.nodes[n], std::move(v));
   }
 }
 
 void scheduler::release(vtensor_record& r, op_effects& fx) {
   account(r, -1);
-  if (r.pinned != nullptr) ops_.tree().unpin(*r.pinned);
+  if (r.pinned != nullptr) ops_.cache().tree().unpin(*r.pinned);
   r.pinned = nullptr;
   if (config_.pipeline) {  // Note [Releases on the worker]
     (void)unmap_all(r, &fx);
     return;
   }
   fx.waited_job = unmap_all(r);
-  ops_.untrack(r);
-  ops_.free_range(r.base);
+  ops_.maps().untrack(r);
+  ops_.ranges().free(r.base);
 }
 
 op_effects scheduler::finish(request_id id, std::span<const token_block> extra_blocks) {
@@ -669,10 +670,10 @@ vtensor_view scheduler::view(const vtensor_record& r) const {
 memory_stats scheduler::memory() const {
   const std::uint64_t chunk = geometry_.chunk_bytes();
   memory_stats m;
-  m.physical_bytes = ops_.chunks().live() * chunk;
-  m.mapped_bytes = ops_.mapped_chunks() * chunk;
-  m.used_bytes = own_valid_bytes_ + ops_.shared_chunks() * chunk;
-  m.free_pool_bytes = ops_.chunks().free_count() * chunk;
+  m.physical_bytes = ops_.pool().records().live() * chunk;
+  m.mapped_bytes = ops_.maps().mapped_chunks() * chunk;
+  m.used_bytes = own_valid_bytes_ + ops_.maps().shared_chunks() * chunk;
+  m.free_pool_bytes = ops_.pool().records().free_count() * chunk;
   m.cached_bytes = m.physical_bytes - m.mapped_bytes - m.free_pool_bytes;
   m.logical_bytes = logical_bytes();
   return m;
@@ -684,7 +685,7 @@ void scheduler::settle() {
 }
 
 void scheduler::shutdown() {
-  ops_.drain();
+  ops_.gate().drain();
   op_effects ignored;
   for (auto& [id, r] : live_) release(*r, ignored);
   round_.clear();
@@ -715,7 +716,7 @@ void scheduler::check_record(const vtensor_record& r) const {
   for (std::uint32_t p = 0; p < r.mapped_pages; ++p) {
     for (std::uint32_t t = 0; t < tensors; ++t) {
       const mapping* m = r.maps[std::size_t{p} * tensors + t];
-      if (m == nullptr || ops_.mappings().find(r.page_addr(t, p, chunk)) != m) {
+      if (m == nullptr || ops_.maps().records().find(r.page_addr(t, p, chunk)) != m) {
         fail(fmt::format("request {}: page {} of tensor {} is not the vSet's mapping", id.value, p, t));
       }
       if (m->owner != r.id) fail(fmt::format("request {}: mapping owned by {}", id.value, m->owner.value));
@@ -738,12 +739,12 @@ void scheduler::check_pins() const {
     auto it = pins.find(&n);
     if (it != pins.end()) sum += it->second;
     for (const auto& c : n.children) sum += self(self, *c);
-    if (&n != &ops_.tree().root() && n.pins != sum) {
+    if (&n != &ops_.cache().tree().root() && n.pins != sum) {
       fail(fmt::format("rtree node pinned {} times, {} live requests use it", n.pins, sum));
     }
     return sum;
   };
-  expect(expect, ops_.tree().root());
+  expect(expect, ops_.cache().tree().root());
 }
 
 void scheduler::check_invariants() const {
@@ -763,10 +764,10 @@ void scheduler::check_invariants() const {
   }
   if (own != own_valid_bytes_) fail(fmt::format("own valid bytes {} counted {}", own, own_valid_bytes_));
   if (logical != logical_tokens_) fail("logical tokens drifted");
-  if (mappings != ops_.mappings().size()) fail("a mapping belongs to no live request");
+  if (mappings != ops_.maps().records().size()) fail("a mapping belongs to no live request");
   check_pins();
-  const std::uint64_t ranges = live_.size() + ops_.cached_ranges() + (ops_.has_scratch() ? 1 : 0);
-  if (const auto idle = ops_.backend_if_idle(); idle && idle->live.ranges != ranges) {
+  const std::uint64_t ranges = live_.size() + ops_.ranges().cached() + (ops_.ranges().has_scratch() ? 1 : 0);
+  if (const auto idle = ops_.gate().backend_if_idle(); idle && idle->live.ranges != ranges) {
     fail(fmt::format("backend holds {} ranges, expected {}", idle->live.ranges, ranges));
   }
 }

@@ -6,11 +6,11 @@
 // random point), capped by the worker's remaining work; the call is one map + set-access of a
 // chunk, or, for a release's unmaps, one backend unmap of a whole run. This probe drives the
 // production path (core/async_mapper: the worker's locked calls, hold_driver, and the step
-// thread's timed lock of operations::vmm) over a backend, and for each trial:
+// thread's timed lock of vmm_gate::vmm) over a backend, and for each trial:
 //   1. hands the worker a job: `--map-chunks` maps with access (a "map" trial) or the unmap of a
 //      run of `--unmap-chunks` chunks in one backend call (an "unmap" trial);
 //   2. waits a delay drawn uniformly from [0, the job's duration measured alone);
-//   3. makes one step-thread VMM call the way operations::vmm() does (holding the driver, timing
+//   3. makes one step-thread VMM call the way vmm_gate::vmm() does (holding the driver, timing
 //      a lock found taken), and records whether the job was still running and how long it waited.
 // The model's booking for the same trial is min(rest of a call, the job's remaining time) when the
 // job was not done, the rest being the model's fraction of the mean call (sim/contention_model.hpp)
@@ -113,7 +113,7 @@ class probe {
     }
     while (ns_since(t0) < delay_ns) {
     }
-    // The step thread's operation, as operations::driver_scope + operations::vmm() make it.
+    // The step thread's operation, as vmm_gate::driver_scope + vmm_gate::vmm() make it.
     mapper_.hold_driver();
     const double at = ns_since(t0);
     const bool busy = !mapper_.done(ticket);

@@ -355,22 +355,22 @@ TEST_CASE("operations: a run that cannot be allocated leaves the pool as taking 
   const kv_geometry geometry(*model_preset("llama-3-8b"), kv_layout::kv_fused);
   operations ops(sim, geometry, 64 * k_chunk_bytes, make_eviction_policy("lru"), 0);
   std::vector<chunk_id> chunks;
-  REQUIRE(ops.alloc_chunks(4, false, chunks));  // the device is full
-  for (chunk_id c : chunks) ops.unuse(c);
-  std::vector<chunk_id> expected = ops.chunks().free_pool();
+  REQUIRE(ops.pool().alloc_run(4, nullptr, chunks));  // the device is full
+  for (chunk_id c : chunks) ops.pool().unuse(c);
+  std::vector<chunk_id> expected = ops.pool().records().free_pool();
   std::reverse(expected.begin(), expected.end());
   const std::uint64_t hits = ops.counters().pool_hits;
   const std::uint64_t calls = sim.counters().total_calls();
   std::vector<chunk_id> out{chunk_id{99}};
-  CHECK_FALSE(ops.alloc_chunks(5, true, out));  // nothing to create, nothing to evict
+  CHECK_FALSE(ops.pool().alloc_run(5, &ops.cache(), out));  // nothing to create, nothing to evict
   CHECK(out == std::vector<chunk_id>{chunk_id{99}});
-  CHECK(ops.chunks().free_pool() == expected);
+  CHECK(ops.pool().records().free_pool() == expected);
   CHECK(ops.counters().pool_hits == hits + 4);
   CHECK(sim.counters().total_calls() == calls);
   out.clear();
-  CHECK(ops.alloc_chunks(3, false, out));  // what fits still comes, most recently freed first
+  CHECK(ops.pool().alloc_run(3, nullptr, out));  // what fits still comes, most recently freed first
   CHECK(out == std::vector<chunk_id>(expected.rbegin(), expected.rbegin() + 3));
-  for (chunk_id c : out) ops.unuse(c);
+  for (chunk_id c : out) ops.pool().unuse(c);
   ops.check_invariants();
 }
 
@@ -385,27 +385,27 @@ struct evicting_pool {
   operations ops{sim, geometry, 64 * k_chunk_bytes, make_eviction_policy("lru"), 0};
   evicting_pool() {
     std::vector<chunk_id> all;
-    REQUIRE(ops.alloc_chunks(3 * std::size_t{tensors} + 5, false, all));
+    REQUIRE(ops.pool().alloc_run(3 * std::size_t{tensors} + 5, nullptr, all));
     for (std::uint64_t node = 0; node < 3; ++node) {
       const std::vector<token_block> key{{node + 1, 16}};
-      radix_path path = ops.tree().insert(key);
+      radix_path path = ops.cache().tree().insert(key);
       page_version v;
       v.page = 0;
       v.valid_bytes = 16 * geometry.bytes_per_token_per_tensor();
       v.last_token = 15;
       v.chunks.assign(all.begin() + static_cast<std::ptrdiff_t>(node * tensors),
                       all.begin() + static_cast<std::ptrdiff_t>((node + 1) * tensors));
-      ops.record_page(*path.deepest(), std::move(v));
+      ops.cache().record_page(*path.deepest(), std::move(v));
     }
-    for (const std::size_t i : {2, 0, 4, 1, 3}) ops.unuse(all[3 * std::size_t{tensors} + i]);
+    for (const std::size_t i : {2, 0, 4, 1, 3}) ops.pool().unuse(all[3 * std::size_t{tensors} + i]);
   }
   // What alloc_chunks(count, true, out) must match: single evicting takes, all given back on failure.
   bool single_takes(std::size_t count, std::vector<chunk_id>& out) {
     std::vector<chunk_id> got;
     while (got.size() < count) {
-      const auto c = ops.alloc_chunk_evicting();
+      const auto c = ops.pool().alloc_evicting(ops.cache());
       if (!c) {
-        for (chunk_id g : got) ops.unuse(g);
+        for (chunk_id g : got) ops.pool().unuse(g);
         return false;
       }
       got.push_back(*c);
@@ -417,10 +417,10 @@ struct evicting_pool {
 
 // `settled`: every chunk taken was given back (the invariants want unreferenced chunks pooled).
 void check_same(evicting_pool& run, evicting_pool& single, bool settled = true) {
-  CHECK(run.ops.chunks().free_pool() == single.ops.chunks().free_pool());
+  CHECK(run.ops.pool().records().free_pool() == single.ops.pool().records().free_pool());
   CHECK(run.ops.counters().pool_hits == single.ops.counters().pool_hits);
   CHECK(run.ops.counters().evicted_nodes == single.ops.counters().evicted_nodes);
-  CHECK(run.ops.tree().page_count() == single.ops.tree().page_count());
+  CHECK(run.ops.cache().tree().page_count() == single.ops.cache().tree().page_count());
   CHECK(run.sim.counters().calls == single.sim.counters().calls);
   if (!settled) return;
   run.ops.check_invariants();
@@ -434,24 +434,24 @@ TEST_CASE("operations: a run evicted for on a full device ends as single evictin
   const std::size_t t = run.tensors;
   SUBCASE("more than the pool and every cached page: fails, everything evicted and back in the pool") {
     std::vector<chunk_id> a{chunk_id{999}}, b{chunk_id{999}};
-    CHECK_FALSE(run.ops.alloc_chunks(3 * t + 6, true, a));
+    CHECK_FALSE(run.ops.pool().alloc_run(3 * t + 6, &run.ops.cache(), a));
     CHECK_FALSE(single.single_takes(3 * t + 6, b));
     CHECK(a == std::vector<chunk_id>{chunk_id{999}});
-    CHECK(run.ops.chunks().free_count() == 3 * t + 5);
+    CHECK(run.ops.pool().records().free_count() == 3 * t + 5);
     CHECK(run.ops.counters().evicted_nodes == 3);
     check_same(run, single);
   }
   SUBCASE("the pool, one page and part of the next: succeeds, the rest of that page stays in the pool") {
     std::vector<chunk_id> a{chunk_id{999}}, b{chunk_id{999}};
-    REQUIRE(run.ops.alloc_chunks(5 + t + 7, true, a));
+    REQUIRE(run.ops.pool().alloc_run(5 + t + 7, &run.ops.cache(), a));
     REQUIRE(single.single_takes(5 + t + 7, b));
     CHECK(a == b);
-    CHECK(run.ops.chunks().free_count() == t - 7);
+    CHECK(run.ops.pool().records().free_count() == t - 7);
     CHECK(run.ops.counters().evicted_nodes == 2);
     check_same(run, single, false);
     for (std::size_t i = 1; i < a.size(); ++i) {
-      run.ops.unuse(a[i]);
-      single.ops.unuse(b[i]);
+      run.ops.pool().unuse(a[i]);
+      single.ops.pool().unuse(b[i]);
     }
     check_same(run, single);
   }

@@ -172,7 +172,7 @@ TEST_CASE("scheduler: a copy-on-write reads from a request that maps the page, e
   for (std::uint32_t t = 0; t < g.tensors(); ++t) {
     CAPTURE(t);
     CHECK(copies[t].dst == two.page_addr(t, 2, g.chunk_bytes()));
-    CHECK(s.ops().mappings().range_containing(copies[t].src) == nullptr);  // in no request's range
+    CHECK(s.ops().maps().records().range_containing(copies[t].src) == nullptr);  // in no request's range
   }
   copies.clear();
 

@@ -1,0 +1,55 @@
+#include "core/mapping_table.hpp"
+
+namespace vtensor {
+
+mapping& mapping_table::map_deferred_into(device_addr va, chunk_id c, request_id owner, bool shared,
+                                          mapping_entry& entry) {
+  chunk_record& r = chunks_[c];
+  entry = {va, r.handle};
+  mapping& m = vset_.make(va, c, owner, shared);
+  if (r.mappings++ == 0) ++mapped_chunks_;
+  ++r.ref_count;  // pset::add_ref, on the record at hand
+  if (shared && r.shared_mappings++ == 0) ++shared_chunks_;
+  return m;
+}
+
+// The chunk records are another part's: `chunks_` is a reference, which the compiler reloads
+// after every call and store it cannot tell apart from it. A run's unrecords read it once.
+void mapping_table::unrecord(pset& chunks, mapping& m) {
+  chunk_record& r = chunks[m.chunk];
+  if (m.shared && --r.shared_mappings == 0) --shared_chunks_;
+  if (--r.mappings == 0) --mapped_chunks_;
+  const chunk_id c = m.chunk;
+  vset_.recycle(m);
+  chunks.drop_ref(c);
+}
+
+void mapping_table::make_shared(mapping& m) {
+  if (m.shared) return;
+  m.shared = true;
+  if (chunks_[m.chunk].shared_mappings++ == 0) ++shared_chunks_;
+}
+
+void mapping_table::unrecord_run(std::span<mapping* const> maps) {
+  constexpr std::size_t k_ahead = 4;  // Note [Dense chunk records]
+  pset& chunks = chunks_;
+  for (std::size_t i = 0; i < maps.size() && i < k_ahead; ++i) chunks.prefetch(maps[i]->chunk);
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    if (i + k_ahead < maps.size()) chunks.prefetch(maps[i + k_ahead]->chunk);
+    unrecord(chunks, *maps[i]);
+  }
+}
+
+void mapping_table::unmap_run(std::span<mapping* const> maps) {
+  if (maps.empty()) return;
+  gate_.vmm([&](vmm_backend& b) { b.unmap(maps.front()->va, maps.size() * chunk_bytes_); });
+  unrecord_run(maps);
+}
+
+void mapping_table::unmap_run_deferred(std::span<mapping* const> maps, mapping_job& job) {
+  if (maps.empty()) return;
+  job.unmaps.push_back({maps.front()->va, maps.size() * chunk_bytes_});
+  unrecord_run(maps);
+}
+
+}  // namespace vtensor

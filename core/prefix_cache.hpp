@@ -1,0 +1,45 @@
+#pragma once
+/// The prefix cache's hold on chunks: the rTree and the chunk references its page versions take.
+/// Recording a page takes one tree reference per chunk; evicting a leaf, replacing a dominated
+/// version or dropping the whole tree gives them back, and a chunk left with no reference goes
+/// to the free pool (pset::drop_ref).
+/// Threads: not thread-safe; the step thread only (the manager serialises).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/eviction_policy.hpp"
+#include "core/pset.hpp"
+#include "core/radix_tree.hpp"
+
+namespace vtensor {
+
+/// The rTree over the pSet's chunks.
+class prefix_cache {
+ public:
+  /// Holds references in `chunks` (owned by the chunk pool); evicts in `eviction`'s order.
+  prefix_cache(pset& chunks, std::unique_ptr<eviction_policy> eviction) : chunks_(chunks), tree_(std::move(eviction)) {}
+
+  /// Takes a tree reference on each chunk of `version` and hangs it on `node`; whatever the tree
+  /// hands back (a dominated version, or this one if redundant) loses its references.
+  void record_page(radix_node& node, page_version version);
+  /// Evicts one rTree leaf (policy order) and drops its references; false when nothing is evictable.
+  bool evict_one();
+  /// Drops the whole rTree and its references.
+  void clear();
+
+  [[nodiscard]] radix_tree& tree() { return tree_; }
+  [[nodiscard]] const radix_tree& tree() const { return tree_; }
+  /// rTree leaves evicted so far.
+  [[nodiscard]] std::uint64_t evicted_nodes() const { return evicted_nodes_; }
+
+ private:
+  void drop_pages(std::vector<page_version>& pages);
+
+  pset& chunks_;
+  radix_tree tree_;
+  std::uint64_t evicted_nodes_ = 0;
+};
+
+}  // namespace vtensor
