@@ -9,8 +9,9 @@
 #      whole-Mooncake replay (over 10 minutes): the release stage runs them, and the other
 #      replay tests, goldens included, run here; any
 #      sanitizer report failing its test (halt_on_error, leaks checked at exit);
-#   4. ThreadSanitizer (preset `tsan`, build-tsan/): the tests of the mapping worker and the
-#      pipeline, and of concurrent manager callers (the code with two threads);
+#   4. ThreadSanitizer (preset `tsan`, build-tsan/): the tests of the code with two threads: the
+#      mapping worker, admissions mapped beside a step (the doctest suite `threads`), and
+#      concurrent manager callers;
 #   5. every libFuzzer harness for FUZZ_SECONDS (default 30) each (tools/fuzz.sh); its clang build
 #      also checks the thread-safety annotations (core/thread_annotations.hpp): a violation fails it.
 # Stages after the first failure do not run; the exit code is the failing stage's. Set
@@ -44,11 +45,12 @@ if has asan; then
 fi
 
 if has tsan; then
-  stamp "ThreadSanitizer: the worker, the pipeline, concurrent callers"
+  stamp "ThreadSanitizer: the mapping worker, admissions beside a step, concurrent callers"
   cmake --preset tsan >/dev/null
   cmake --build build-tsan --target vtensor_tests
   ctest --test-dir build-tsan --output-on-failure -j2 --timeout 1800 \
-    -R 'async|pipeline|worker|concurrent|lookahead|vtensor policy|random steps'
+    -R 'async|worker|concurrent|lookahead|vtensor policy|random steps'
+  ./build-tsan/bin/vtensor_tests --test-suite=threads  # doctest's suite filter (CTest's labels miss some)
 fi
 
 if has fuzz; then

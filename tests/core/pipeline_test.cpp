@@ -26,6 +26,10 @@
 
 using namespace vtensor;
 using vtensor::testing::recording_backend;
+
+// CI runs this suite under ThreadSanitizer (tools/test-all.sh, label "threads"): the admissions
+// mapped beside a step run on two threads.
+TEST_SUITE_BEGIN("threads");
 using calls = std::vector<std::string>;
 
 namespace {
@@ -300,3 +304,5 @@ TEST_CASE("pipeline: a map that keeps failing surfaces at the wait, and the requ
   m.trim();
   CHECK(fb.live().chunks == 0);
 }
+
+TEST_SUITE_END();
