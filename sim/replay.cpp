@@ -117,6 +117,21 @@ nlohmann::ordered_json breakdown_json(const B& b) {
 
 }  // namespace
 
+double replay_summary::hit_rate() const { return prefix_hit_rate(counters.hit_tokens, counters.prompt_tokens); }
+double replay_summary::throughput_tokens_per_s() const {
+  return per_second(static_cast<double>(counters.output_tokens), simulated_seconds);
+}
+double replay_summary::prefill_tokens_per_s() const {
+  return per_second(static_cast<double>(counters.prefill_tokens), simulated_seconds);
+}
+double replay_summary::busy_fraction() const {
+  return per_second(static_cast<double>(counters.busy_us) / 1e6, simulated_seconds);
+}
+double replay_summary::vmm_time_us() const { return static_cast<double>(final_memory.vmm.total_time_ns()) / 1000.0; }
+double replay_summary::vmm_critical_time_us() const {
+  return static_cast<double>(counters.vmm_critical.count()) / 1000.0;
+}
+
 load_report load_of(const replay_summary& s, double time_scale) {
   load_report l;
   l.arrival_span_seconds = s.last_arrival_seconds - s.first_arrival_seconds;
@@ -143,7 +158,7 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   nlohmann::ordered_json j;
   j["requests"] = c.submitted;
   j["completed"] = c.completed;
-  j["rejected"] = c.rejected_context + c.rejected_memory;
+  j["rejected"] = s.rejected();
   j["rejected_context"] = c.rejected_context;
   j["rejected_memory"] = c.rejected_memory;
   j["truncated"] = c.truncated;
@@ -152,7 +167,7 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   j["admitted_prompt_tokens"] = c.admitted_prompt_tokens;
   j["output_tokens"] = c.output_tokens;
   j["prefix_hit_tokens"] = c.hit_tokens;
-  j["prefix_hit_rate"] = prefix_hit_rate(c.hit_tokens, c.prompt_tokens);
+  j["prefix_hit_rate"] = s.hit_rate();
   j["prefill_tokens"] = c.prefill_tokens;
   j["recomputed_tokens"] = c.recomputed_tokens;
   j["peak_physical_bytes"] = s.peak.memory.physical_bytes;
@@ -173,17 +188,17 @@ nlohmann::ordered_json summary_json(const replay_summary& s, const nlohmann::ord
   j["cow_bytes"] = c.cow_bytes;
   j["vmm_calls"] = vmm_calls;
   j["vmm_time_us_by_call"] = vmm_time;
-  j["vmm_time_us"] = static_cast<double>(s.final_memory.vmm.total_time_ns()) / 1000.0;
-  j["vmm_critical_time_us"] = static_cast<double>(c.vmm_critical.count()) / 1000.0;
+  j["vmm_time_us"] = s.vmm_time_us();
+  j["vmm_critical_time_us"] = s.vmm_critical_time_us();
   j["ttft_ms"] = latency_json(s.ttft);
   j["tpot_ms"] = latency_json(s.tpot);
   j["e2e_ms"] = latency_json(s.e2e);
   j["queue_ms"] = latency_json(s.queue);
-  j["throughput_tokens_per_s"] = per_second(static_cast<double>(c.output_tokens), s.simulated_seconds);
-  j["prefill_tokens_per_s"] = per_second(static_cast<double>(c.prefill_tokens), s.simulated_seconds);
+  j["throughput_tokens_per_s"] = s.throughput_tokens_per_s();
+  j["prefill_tokens_per_s"] = s.prefill_tokens_per_s();
   j["steps"] = c.steps;
   j["compute_bound_steps"] = c.compute_bound_steps;
-  j["busy_fraction"] = per_second(static_cast<double>(c.busy_us) / 1e6, s.simulated_seconds);
+  j["busy_fraction"] = s.busy_fraction();
   j["mean_running"] = s.mean_running;
   j["peak_running"] = s.peak.running;
   j["mean_waiting"] = s.mean_waiting;

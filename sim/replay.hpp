@@ -58,6 +58,19 @@ struct replay_summary {
   double simulated_seconds = 0;            ///< end of the last step
   double wall_seconds = 0;                 ///< host time of the replay
   std::uint64_t events = 0;                ///< events run
+
+  /// Requests rejected, over context or over memory.
+  [[nodiscard]] std::uint64_t rejected() const { return counters.rejected_context + counters.rejected_memory; }
+  /// Prompt tokens served from the prefix cache, as a share of all prompt tokens.
+  [[nodiscard]] double hit_rate() const;
+  /// Output and prefilled tokens per simulated second (0 for an empty replay).
+  [[nodiscard]] double throughput_tokens_per_s() const;
+  [[nodiscard]] double prefill_tokens_per_s() const;
+  /// Busy step time as a share of the simulated time.
+  [[nodiscard]] double busy_fraction() const;
+  /// VMM time charged in all, and on the critical path, microseconds.
+  [[nodiscard]] double vmm_time_us() const;
+  [[nodiscard]] double vmm_critical_time_us() const;
 };
 
 /// Replays `reader` into `policy` and checks the policy's invariants at the end (throws

@@ -1,10 +1,11 @@
 // `vtensor replay`: a trace through the serving simulator over a KV policy. In three parts
-// (the options and their parsing are in tools/replay_options.cpp, shared with `compare`): one
-// run, the outputs (summary, JSON, time series, Chrome trace), and the comparison of two
-// backends (--compare-backends).
+// (the options and their parsing are in tools/replay_options.cpp, shared with `compare`; a run's
+// typed result and its renderings in tools/replay_result.hpp): one run, the outputs (summary,
+// JSON, time series, Chrome trace), and the comparison of two backends (--compare-backends).
 
 #include "tools/cli.hpp"
 #include "tools/replay_options.hpp"
+#include "tools/replay_result.hpp"
 
 #include "backends/registry.hpp"
 #include "sim/kernel_factors.hpp"
@@ -38,146 +39,13 @@ namespace {
 
 constexpr std::string_view name = "replay";
 
-// ---- report --------------------------------------------------------------------------------
-
-void print_summary(std::ostream& out, const nlohmann::ordered_json& j) {
-  const auto& c = j["config"];
-  const auto lat = [](const nlohmann::ordered_json& l) {
-    return fmt::format("p50 {:.1f}, p90 {:.1f}, p99 {:.1f} ms", l["p50"].get<double>(), l["p90"].get<double>(),
-                       l["p99"].get<double>());
-  };
-  out << fmt::format("trace: {} ({}), time scale {}\n", c["trace"].get<std::string>(), c["format"].get<std::string>(),
-                     c["time_scale"].get<double>());
-  const auto& po = c["policy_options"];
-  out << fmt::format("replica: {} on {} x{} ({}), policy {} over backend {}, memory {}\n",
-                     c["model"].get<std::string>(), c["gpu"].get<std::string>(), c["tp"].get<std::uint32_t>(),
-                     c["chunked_prefill"].get<bool>() ? "chunked prefill" : "whole prefills",
-                     c["policy"].get<std::string>(), po.value("backend", std::string("none")),
-                     c["memory"].is_string() ? c["memory"].get<std::string>() : gib_text(c["memory"].get<double>()));
-  std::string settings;
-  for (const auto& [key, value] : po.items()) {
-    if (key == "backend" || key == "memory_bytes" || !value.is_primitive()) continue;
-    settings += fmt::format("{}{} {}", settings.empty() ? "" : ", ", key,
-                            value.is_string() ? value.get<std::string>() : value.dump());
-  }
-  out << fmt::format("policy options: {}\n", settings);
-  if (c.contains("kernel_factors")) {
-    const auto& kf = c["kernel_factors"];
-    out << fmt::format("attention kernel factors: set {}, prefill {:.2f}, decode {:.2f}\n",
-                       kf["set"].get<std::string>(), kf["prefill"].get<double>(), kf["decode"].get<double>());
-  }
-  if (c.contains("compute_calibration")) {
-    const auto& cc = c["compute_calibration"];
-    out << fmt::format(
-        "step cost: measured on {} ({} x{}): linear layers and decode attention at its rates, the "
-        "decode factor its paged/contiguous ratio\n",
-        cc["device"].get<std::string>(), cc["model"].get<std::string>(), cc["tp"].get<std::uint32_t>());
-  }
-  out << fmt::format(
-      "requests: {} ({} completed, {} rejected: {} over context, {} over memory; {} truncated), "
-      "{} preemptions\n",
-      j["requests"].get<std::uint64_t>(), j["completed"].get<std::uint64_t>(), j["rejected"].get<std::uint64_t>(),
-      j["rejected_context"].get<std::uint64_t>(), j["rejected_memory"].get<std::uint64_t>(),
-      j["truncated"].get<std::uint64_t>(), j["preemptions"].get<std::uint64_t>());
-  out << fmt::format("tokens: {} prompt, {} output, {} prefilled ({} recomputed)\n",
-                     j["prompt_tokens"].get<std::uint64_t>(), j["output_tokens"].get<std::uint64_t>(),
-                     j["prefill_tokens"].get<std::uint64_t>(), j["recomputed_tokens"].get<std::uint64_t>());
-  out << fmt::format("prefix hit rate: {:.4f}\n", j["prefix_hit_rate"].get<double>());
-  out << fmt::format(
-      "memory: peak physical {}, peak mapped {}, peak used {}, peak cached {}; mean physical {}, "
-      "mean mapped {}\n",
-      gib_text(j["peak_physical_bytes"].get<double>()), gib_text(j["peak_mapped_bytes"].get<double>()),
-      gib_text(j["peak_used_bytes"].get<double>()), gib_text(j["peak_cached_bytes"].get<double>()),
-      gib_text(j["mean_physical_bytes"].get<double>()), gib_text(j["mean_mapped_bytes"].get<double>()));
-  out << fmt::format(
-      "internal fragmentation: mean {:.4f}, peak {:.4f}; sharing saving: mean {:.4f}; "
-      "copy-on-write {}; evictions {}\n",
-      j["mean_internal_fragmentation"].get<double>(), j["peak_internal_fragmentation"].get<double>(),
-      j["mean_sharing_saving"].get<double>(), gib_text(j["cow_bytes"].get<double>()),
-      j["evictions"].get<std::uint64_t>());
-  const auto& mb = j["memory_breakdown"]["mean_bytes"];
-  out << fmt::format(
-      "memory breakdown (mean): used {}, internal {}, reserved idle {}, external {}, cached {}, free {}; "
-      "cached pinning {}, reclaimable {}\n",
-      gib_text(mb["used"].get<double>()), gib_text(mb["internal"].get<double>()),
-      gib_text(mb["reserved_idle"].get<double>()), gib_text(mb["external"].get<double>()),
-      gib_text(mb["cached"].get<double>()), gib_text(mb["free"].get<double>()),
-      gib_text(mb["cached_pinning"].get<double>()), gib_text(mb["reclaimable"].get<double>()));
-  std::string calls;
-  for (const auto& [kind, n] : j["vmm_calls"].items())
-    calls += fmt::format("{}{} {}", calls.empty() ? "" : ", ", kind, n.get<std::uint64_t>());
-  out << fmt::format("vmm: {:.1f} ms charged, {:.1f} ms on the critical path; calls: {}\n",
-                     j["vmm_time_us"].get<double>() / 1000.0, j["vmm_critical_time_us"].get<double>() / 1000.0, calls);
-  out << fmt::format("ttft: {}\ntpot: {}\ne2e:  {}\n", lat(j["ttft_ms"]), lat(j["tpot_ms"]), lat(j["e2e_ms"]));
-  out << fmt::format(
-      "throughput: {:.0f} output tokens/s, {:.0f} prefill tokens/s; {} steps, busy {:.1f}%, "
-      "mean running {:.1f}, mean waiting {:.1f}\n",
-      j["throughput_tokens_per_s"].get<double>(), j["prefill_tokens_per_s"].get<double>(),
-      j["steps"].get<std::uint64_t>(), 100 * j["busy_fraction"].get<double>(), j["mean_running"].get<double>(),
-      j["mean_waiting"].get<double>());
-  const auto& load = j["load"];
-  if (load["overloaded"].get<bool>()) {
-    out << fmt::format(
-        "overloaded: {:.0f} s of steps for {:.0f} s of arrivals (offered load {:.2f}), {:.0f} s of backlog "
-        "after the last arrival; TTFT is mostly queueing (queue p50 {:.1f} ms of TTFT p50 {:.1f} ms); it would "
-        "keep up at --time-scale {:.2f} or more (a lower bound)\n",
-        j["busy_fraction"].get<double>() * j["simulated_seconds"].get<double>(),
-        load["arrival_span_seconds"].get<double>(), load["offered_load"].get<double>(),
-        load["drain_seconds"].get<double>(), j["queue_ms"]["p50"].get<double>(), j["ttft_ms"]["p50"].get<double>(),
-        load["keep_up_time_scale"].get<double>());
-  } else {
-    out << fmt::format("load: offered {:.2f} (busy step time over the arrival span); queue p50 {:.1f} ms\n",
-                       load["offered_load"].get<double>(), j["queue_ms"]["p50"].get<double>());
-  }
-  out << fmt::format("simulated {:.1f} s in {:.2f} s wall\n", j["simulated_seconds"].get<double>(),
-                     j.contains("wall_seconds") ? j["wall_seconds"].get<double>() : 0.0);
-}
-
-void print_vmm_split(std::ostream& out, const nlohmann::ordered_json& j) {
-  if (!j.contains("vmm_model")) return;
-  const auto& m = j["vmm_model"];
-  out << fmt::format(
-      "vmm model: {:.1f} ms on the steps = {:.3f}% of step time ({:.1f} ms of step-thread calls, {} waits for the "
-      "worker = {:.2f} ms, {:.3f}% of step time); worker: {} jobs, {:.1f} ms off the steps\n",
-      m["critical_us"].get<double>() / 1e3, 100 * m["critical_share_of_step_time"].get<double>(),
-      m["step_thread_calls_us"].get<double>() / 1e3, m["waits"].get<std::uint64_t>(), m["wait_us"].get<double>() / 1e3,
-      100 * m["wait_share_of_step_time"].get<double>(), m["worker_jobs"].get<std::uint64_t>(),
-      m["worker_time_us"].get<double>() / 1e3);
-  const auto& c = j["chunk_creation"];
-  out << fmt::format(
-      "chunk creation: {} chunks created, {} after warm-up (first {} of {} steps), last at step {}; "
-      "{} cuMemCreate calls by the step thread (failed ones at the memory cap included)\n",
-      c["creates_total"].get<std::uint64_t>(), c["creates_after_warmup"].get<std::uint64_t>(),
-      c["warmup_steps"].get<std::uint64_t>(), c["steps"].get<std::uint64_t>(),
-      c["last_create_step"].get<std::uint64_t>(), c["create_calls_by_step_thread"].get<std::uint64_t>());
-  if (!j.contains("measured")) return;
-  const auto& w = j["measured"];
-  out << fmt::format(
-      "measured: steps took {:.1f} ms wall ({:.1f} ms emulated compute); {} mapping waits = {:.3f} ms, "
-      "{:.4f}% of step time; VMM charged (wall on cuda) {:.1f} ms on the step thread, {:.1f} ms on the worker; {} "
-      "chunks "
-      "created ({} ahead by the worker)\n",
-      w["step_wall_ms"].get<double>(), w["emulated_compute_ms"].get<double>(), w["mapping_waits"].get<std::uint64_t>(),
-      w["mapping_wait_ms"].get<double>(), 100 * w["wait_share_of_step_time"].get<double>(),
-      w["step_thread_vmm_ms"].get<double>(), w["worker_vmm_ms"].get<double>(), w["chunks_created"].get<std::uint64_t>(),
-      w["chunks_created_ahead"].get<std::uint64_t>());
-  if (j["vmm_model"].contains("contention_us")) {
-    out << fmt::format(
-        "driver contention: {} step-thread VMM calls waited behind the worker's call in flight, {:.3f} ms measured; "
-        "modelled {} bookings, {:.3f} ms\n",
-        w["driver_lock_waits"].get<std::uint64_t>(), w["driver_lock_wait_ms"].get<double>(),
-        j["vmm_model"]["contended_bookings"].get<std::uint64_t>(), j["vmm_model"]["contention_us"].get<double>() / 1e3);
-  }
-}
-
 // ---- one run ---------------------------------------------------------------------------------
 
 // What one replay produced, beyond its summary.
 struct replay_run {
   std::string backend;
-  nlohmann::ordered_json json;
+  replay_result result;
   std::vector<sim::step_entry> log;
-  std::optional<sim::vmm_split_report> vmm;
   bool pool_on_wall_time = false;  // the free pool's size follows wall time (kv_policy::free_pool_on_wall_time())
 };
 
@@ -227,10 +95,9 @@ replay_run run_one(const replay_options& o, const std::string& backend, sim::kv_
   if (tty) io.err << "\r" << std::string(90, ' ') << "\r" << std::flush;
   replay_run run;
   run.backend = backend;
-  run.json =
-      replay_run_json(o, p, policy, summary, reader->format(), log,
-                      emulator ? std::optional<std::uint64_t>(emulator->emulated_ns()) : std::nullopt, o.with_wall);
-  run.vmm = policy.vmm_report();
+  run.result =
+      make_replay_result(o, p, policy, summary, reader->format(), log,
+                         emulator ? std::optional<std::uint64_t>(emulator->emulated_ns()) : std::nullopt, o.with_wall);
   run.log = log.steps();
   run.pool_on_wall_time = policy.free_pool_on_wall_time();
   return run;
@@ -283,8 +150,12 @@ std::pair<nlohmann::ordered_json, bool> compare_backends(const replay_options& o
   out << (diff ? fmt::format("compare {} vs {}: MISMATCH at {}\n", o.backends[0], o.backends[1], *diff)
                : fmt::format("compare {} vs {}: identical over {} steps\n", o.backends[0], o.backends[1],
                              runs[0].log.size()));
-  if (runs[0].vmm && runs[1].vmm) compare_vmm_time(o, *runs[0].vmm, *runs[1].vmm, cmp, out);
-  return {nlohmann::ordered_json{{"compare", cmp}, {"runs", {runs[0].json, runs[1].json}}}, diff.has_value()};
+  const auto& a = runs[0].result.vmm;
+  const auto& b = runs[1].result.vmm;
+  if (a && b) compare_vmm_time(o, a->report, b->report, cmp, out);
+  return {nlohmann::ordered_json{{"compare", cmp},
+                                 {"runs", {replay_result_json(runs[0].result), replay_result_json(runs[1].result)}}},
+          diff.has_value()};
 }
 
 // ---- outputs ---------------------------------------------------------------------------------
@@ -324,10 +195,9 @@ int run_replays(const replay_options& o, const cli_streams& given) {
   for (std::size_t i = 0; i < o.backends.size(); ++i) {
     runs.push_back(run_one(o, o.backends[i], *policies[i], i + 1 == o.backends.size(), outputs, io));
     if (o.comparing) io.out << fmt::format("== run {}: backend {}\n", i + 1, o.backends[i]);
-    print_summary(io.out, runs.back().json);
-    print_vmm_split(io.out, runs.back().json);
+    print_replay_summary(io.out, runs.back().result);
   }
-  nlohmann::ordered_json json = runs.front().json;
+  nlohmann::ordered_json json = replay_result_json(runs.front().result);
   bool mismatch = false;
   if (o.comparing) std::tie(json, mismatch) = compare_backends(o, runs, io.out);
   commit_outputs(o, json, outputs, given.out);

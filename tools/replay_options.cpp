@@ -1,5 +1,5 @@
-// The options of `vtensor replay` and what turns them into a run (the summary's "config", the
-// policy, the VMM split), shared with `vtensor compare` (tools/replay_options.hpp).
+// The options of `vtensor replay`, parsed and checked, shared with `vtensor compare`
+// (tools/replay_options.hpp).
 
 #include "tools/replay_options.hpp"
 
@@ -175,8 +175,6 @@ void parse_memory(const replay_axes& axes, replay_options& o) {
     }
     o.policy.memory_bytes = o.gpu.memory_bytes - weights;
   }
-  const bool unlimited = o.policy.memory_bytes == std::numeric_limits<std::uint64_t>::max();
-  o.memory_json = unlimited ? nlohmann::ordered_json("unlimited") : nlohmann::ordered_json(o.policy.memory_bytes);
 }
 
 // The settings every policy shares (the backend and the memory are parsed apart; the policy's
@@ -318,123 +316,6 @@ replay_options parse_replay_options(const po::variables_map& v, sim::policy_choi
   }
   (void)traces::open_trace(o.trace_path, o.format);  // a trace that cannot be read fails before any output
   return o;
-}
-
-double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
-double us(std::uint64_t ns) { return static_cast<double>(ns) / 1e3; }
-
-namespace {
-
-nlohmann::ordered_json by_kind(const std::array<std::uint64_t, k_vmm_call_kinds>& a, double scale) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
-    j[std::string(to_string(static_cast<vmm_call>(k)))] = static_cast<double>(a[k]) * scale;
-  }
-  return j;
-}
-
-}  // namespace
-
-// Adds the vtensor policy's VMM split (modelled: deterministic; measured: only `with_wall`).
-void add_vmm_split(nlohmann::ordered_json& j, const sim::vmm_split_report& r, const sim::replay_summary& s,
-                   const sim::creation_after_warmup& c, double warmup_fraction, std::uint64_t emulated_ns,
-                   bool with_wall) {
-  nlohmann::ordered_json model;
-  model["critical_us"] = us(r.critical_model_ns);
-  model["step_thread_calls_us"] = us(r.step.total_model_ns());
-  model["worker_jobs"] = r.jobs;
-  model["worker_time_us"] = us(r.job_model_ns);
-  model["waits"] = r.modelled_waits;
-  model["wait_us"] = us(r.modelled_wait_ns);
-  model["wait_share_of_step_time"] =
-      s.counters.busy_us == 0 ? 0.0 : us(r.modelled_wait_ns) / static_cast<double>(s.counters.busy_us);
-  model["critical_share_of_step_time"] =
-      s.counters.busy_us == 0 ? 0.0 : us(r.critical_model_ns) / static_cast<double>(s.counters.busy_us);
-  j["vmm_model"] = model;
-  nlohmann::ordered_json creation;
-  creation["warmup_fraction"] = warmup_fraction;
-  creation["warmup_steps"] = c.warmup_steps;
-  creation["steps"] = c.steps;
-  creation["creates_total"] = c.creates_total;
-  creation["creates_after_warmup"] = c.creates_after;
-  creation["last_create_step"] = c.last_create_step;
-  creation["create_calls_by_step_thread"] = r.step.calls[static_cast<std::size_t>(vmm_call::create)];
-  j["chunk_creation"] = creation;
-  if (!with_wall) return;
-  nlohmann::ordered_json m;
-  m["step_wall_ms"] = ms(s.counters.step_wall_ns);
-  m["emulated_compute_ms"] = ms(emulated_ns);
-  m["mapping_waits"] = r.mapping_waits;
-  m["mapping_wait_ms"] = ms(r.mapping_wait_ns);
-  m["wait_share_of_step_time"] = s.counters.step_wall_ns == 0 ? 0.0
-                                                              : static_cast<double>(r.mapping_wait_ns) /
-                                                                    static_cast<double>(s.counters.step_wall_ns);
-  m["driver_lock_waits"] = r.driver_lock_waits;  // measured side of Note [Driver contention]
-  m["driver_lock_wait_ms"] = ms(r.driver_lock_wait_ns);
-  m["step_thread_vmm_ms"] = ms(r.step.total_charged_ns());
-  m["worker_vmm_ms"] = ms(r.worker.total_charged_ns());
-  m["step_thread_calls"] = by_kind(r.step.calls, 1.0);
-  m["step_thread_vmm_us_by_call"] = by_kind(r.step.charged_ns, 1e-3);
-  m["worker_calls"] = by_kind(r.worker.calls, 1.0);
-  m["worker_vmm_us_by_call"] = by_kind(r.worker.charged_ns, 1e-3);
-  m["chunks_created"] = r.chunks_created;
-  m["chunks_created_ahead"] = r.chunks_created_ahead;
-  m["creates_by_worker"] = r.worker.calls[static_cast<std::size_t>(vmm_call::create)];
-  j["measured"] = m;
-}
-
-// The "config" object of a run's summary.
-nlohmann::ordered_json run_config_json(const replay_options& o, const sim::kv_policy_options& p,
-                                       const sim::kv_policy& policy, traces::trace_format format, bool emulated) {
-  const sim::replay_config& config = o.config;
-  nlohmann::ordered_json cfg;
-  cfg["trace"] = o.trace_path;
-  cfg["format"] = std::string(traces::to_string(format));
-  cfg["policy"] = policy.name();
-  cfg["policy_options"] = policy.describe();
-  cfg["model"] = o.model.name;
-  cfg["gpu"] = o.gpu.name;
-  cfg["tp"] = o.model.tp;
-  cfg["gpu_flop_rate"] = o.gpu.flop_rate;
-  cfg["gpu_bandwidth"] = o.gpu.bandwidth;
-  cfg["weight_bytes_per_gpu"] = o.model.weight_bytes_per_gpu();
-  cfg["memory"] = o.memory_json;
-  cfg["time_scale"] = config.time_scale;
-  cfg["max_requests"] = config.max_requests;
-  cfg["token_budget"] = config.replica.token_budget;
-  cfg["max_running"] = config.replica.max_running;
-  cfg["chunked_prefill"] = config.replica.chunked_prefill;
-  cfg["max_context_tokens"] = config.replica.max_context_tokens;
-  cfg["over_context"] = std::string(sim::to_string(config.replica.over_context));
-  cfg["step_overhead_ms"] = o.overhead_ms;
-  cfg["kernel_factors"] = {{"set", o.kernel_factors.name},
-                           {"prefill", config.replica.kernel_factors.prefill},
-                           {"decode", config.replica.kernel_factors.decode}};
-  if (config.replica.compute) {
-    const sim::compute_calibration& cc = *config.replica.compute;
-    cfg["compute_calibration"] = {{"device", cc.device}, {"model", cc.model}, {"tp", cc.tp}, {"source", cc.source}};
-  }
-  cfg["sample_ms"] = o.sample_ms;
-  policy.add_run_config(cfg);
-  cfg["vmm_clock"] = "latency model (measured VMM time is reported, never fed to the clock)";
-  cfg["emulate_steps"] = emulated;
-  cfg["step_time_scale"] = o.step_scale;
-  cfg["device"] = p.device_index;
-  return cfg;
-}
-
-nlohmann::ordered_json replay_run_json(const replay_options& o, const sim::kv_policy_options& p,
-                                       const sim::kv_policy& policy, const sim::replay_summary& summary,
-                                       traces::trace_format format, const sim::step_log& log,
-                                       std::optional<std::uint64_t> emulated_ns, bool with_wall) {
-  const nlohmann::ordered_json cfg = run_config_json(o, p, policy, format, emulated_ns.has_value());
-  nlohmann::ordered_json json = sim::summary_json(summary, cfg, o.seed, with_wall);
-  const auto vmm = policy.vmm_report();
-  if (!vmm) return json;
-  add_vmm_split(json, *vmm, summary, log.creation(o.warmup_fraction), o.warmup_fraction, emulated_ns.value_or(0),
-                with_wall);
-  policy.extra_figures(json["vmm_model"]);
-  return json;
 }
 
 }  // namespace vtensor::tools

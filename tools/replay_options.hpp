@@ -1,6 +1,6 @@
 #pragma once
-// The options of `vtensor replay`, parsed into a replay_options, and the pieces of a run's
-// summary that every command replaying a trace shares (`replay`, `compare`).
+// The options of `vtensor replay`, parsed into a replay_options; `compare` builds each of its
+// points' options with them too. What a run produced is a replay_result (tools/replay_result.hpp).
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -36,7 +36,6 @@ struct replay_options {
   sim::kv_policy_options policy;  // the settings every policy shares
   sim::model_compute model;
   sim::gpu_preset gpu;
-  nlohmann::ordered_json memory_json;
   sim::replay_config config;
   double overhead_ms = 0;
   sim::kernel_factor_set kernel_factors;  // the selected set (the policy's factors are in config.replica)
@@ -89,27 +88,5 @@ void add_policy_groups(boost::program_options::options_description& into);
 /// the axes' in `v` are not read.
 [[nodiscard]] replay_options parse_replay_options(const boost::program_options::variables_map& v,
                                                   sim::policy_choice policy, const replay_axes& axes);
-
-/// Nanoseconds as milliseconds and microseconds.
-[[nodiscard]] double ms(std::uint64_t ns);
-[[nodiscard]] double us(std::uint64_t ns);
-
-/// Adds the vtensor policy's VMM split to a summary (modelled: deterministic; measured: only
-/// `with_wall`).
-void add_vmm_split(nlohmann::ordered_json& j, const sim::vmm_split_report& r, const sim::replay_summary& s,
-                   const sim::creation_after_warmup& c, double warmup_fraction, std::uint64_t emulated_ns,
-                   bool with_wall);
-
-/// The "config" object of a run's summary.
-[[nodiscard]] nlohmann::ordered_json run_config_json(const replay_options& o, const sim::kv_policy_options& p,
-                                                     const sim::kv_policy& policy, traces::trace_format format,
-                                                     bool emulated);
-
-/// The summary JSON of one finished replay: summary_json() with the run's config, plus the VMM
-/// split and the policy's extra figures (kv_policy::extra_figures()) for policies with VMM calls.
-[[nodiscard]] nlohmann::ordered_json replay_run_json(const replay_options& o, const sim::kv_policy_options& p,
-                                                     const sim::kv_policy& policy, const sim::replay_summary& summary,
-                                                     traces::trace_format format, const sim::step_log& log,
-                                                     std::optional<std::uint64_t> emulated_ns, bool with_wall);
 
 }  // namespace vtensor::tools

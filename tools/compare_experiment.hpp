@@ -1,0 +1,79 @@
+#pragma once
+// The experiment of `vtensor compare` (docs/compare.md): the arms (named policies with their
+// options, parsed once through the registry's tables), the axes (memory budgets, time scales,
+// kernel-factor sets, traces) from the command line and the experiment file, and the grid they
+// make: a cell per combination of the axes' values, a point per arm in each cell, each point with
+// its replay options checked by replay's own parser before any work.
+
+#include <boost/program_options.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/policy_registry.hpp"
+#include "tools/compare_analysis.hpp"
+#include "tools/replay_options.hpp"
+#include "tools/replay_result.hpp"
+
+namespace vtensor::tools {
+
+/// The replay options an arm may not set but that every point shares, given once on the command
+/// line (the backend is always `sim`; the axes and outputs are compare's own).
+extern const std::vector<std::string> k_shared_options;
+
+/// An arm: a named policy with its options.
+struct arm {
+  std::string name;           ///< unique in the experiment
+  std::string policy;         ///< the registry's name
+  std::string options;        ///< as typed, after the policy
+  sim::policy_choice choice;  ///< the policy with its options, parsed through its table
+};
+
+/// The arms and the axes' values (as typed, for ids and outputs; time scales parsed too).
+struct experiment {
+  std::vector<arm> arms;                     ///< in the order given
+  std::vector<std::string> memory;           ///< "default" or a size
+  std::vector<std::string> kernel_factors;   ///< a set's name or a file
+  std::vector<std::string> traces;           ///< paths
+  std::vector<double> time_scale;            ///< parsed
+  std::vector<std::string> time_scale_text;  ///< as typed
+  std::string baseline;                      ///< the reference arm of the ratios
+};
+
+/// The experiment of compare's options `v` (--arm, --arms FILE, --baseline, the axes; the
+/// command line's axes replace the file's); `bundled` is the default trace. Throws usage_error
+/// naming the option or the file's field.
+[[nodiscard]] experiment read_experiment(const boost::program_options::variables_map& v, const std::string& bundled);
+
+/// A combination of the axes' values.
+struct cell {
+  std::string id;                                                         ///< unique, file-name safe
+  std::size_t memory = 0, time_scale = 0, kernel_factors = 0, trace = 0;  ///< indices into the axes
+  double infinite_hit_rate = 0, offline_hit_rate = 0;                     ///< the bounds (compare_run.hpp)
+  std::optional<std::uint64_t> memory_bytes;                              ///< nullopt: unlimited
+};
+
+/// One arm in one cell: one replay.
+struct point {
+  std::string id;                 ///< ARM@CELL, file-name safe
+  std::size_t arm = 0, cell = 0;  ///< indices into the arms and the cells
+  replay_options options;         ///< the shared settings, the arm's policy, the cell's axes
+  // Filled by the run (compare_run.hpp):
+  replay_result result;     ///< the replay (modelled figures only; wall_seconds kept apart)
+  point_analysis analysis;  ///< why tokens missed, histograms, quantiles
+  [[nodiscard]] double hit_rate() const { return result.summary.hit_rate(); }
+};
+
+/// Every cell and point of an experiment.
+struct compare_grid {
+  std::vector<cell> cells;    ///< traces, then kernel factors, time scales, memory (innermost)
+  std::vector<point> points;  ///< per cell, the arms in order
+};
+
+/// The grid of `x`, each point's options parsed from `shared` (the shared settings as typed) with
+/// its arm's policy and its cell's axes. Throws usage_error naming the arm.
+[[nodiscard]] compare_grid make_grid(const experiment& x, const std::vector<std::string>& shared);
+
+}  // namespace vtensor::tools

@@ -1,0 +1,38 @@
+#pragma once
+// Running the grid of `vtensor compare`: each trace read and indexed once, the bounds of each
+// cell (infinite cache, offline Belady at the budget), then every point replayed on a pool of
+// threads into its typed result and its analysis. Results do not depend on the number of threads.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "tools/cli.hpp"
+#include "tools/compare_experiment.hpp"
+#include "traces/memory_trace.hpp"
+#include "traces/prefix_bounds.hpp"
+
+namespace vtensor::tools {
+
+/// The experiment's traces, each read once, with their prefix indexes.
+struct compare_traces {
+  std::vector<traces::loaded_trace> loaded;   ///< in the order of the trace axis
+  std::vector<traces::prefix_index> indexes;  ///< one per trace
+};
+
+/// Reads and indexes every trace of `x` with the format and request limit of `first` (shared by
+/// every point). Throws usage_error for a trace without requests, trace_error for a bad one.
+[[nodiscard]] compare_traces load_traces(const experiment& x, const replay_options& first);
+
+/// Fills each cell's bounds: the infinite cache's hit rate, and the offline one at the cell's
+/// budget of `token_bytes` per token (computed once per trace and budget).
+void add_bounds(std::vector<cell>& cells, const compare_traces& traces, std::uint64_t token_bytes);
+
+/// Replays every point of `grid` on `jobs` threads, filling its result and analysis; each
+/// point's time series goes to `timeseries_dir`/ID.csv when given. A progress line goes to a
+/// terminal's io.err. The first failure stops the others and is rethrown.
+void run_points(compare_grid& grid, const compare_traces& traces,
+                const std::optional<std::filesystem::path>& timeseries_dir, unsigned jobs, const cli_streams& io);
+
+}  // namespace vtensor::tools
