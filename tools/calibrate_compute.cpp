@@ -88,29 +88,22 @@ std::vector<std::uint32_t> token_grid(std::uint32_t budget) {
 
 #if VTENSOR_HAVE_GPU_KERNELS
 
-int calibrate_compute(const compute_options& opt, const cli_streams& io) {
-  const model_preset_entry* preset = find_model_preset(opt.model);
-  if (preset == nullptr) throw std::invalid_argument(fmt::format("unknown model '{}'", opt.model));
-  const std::vector<gemm_shape> layer = layer_gemm_shapes(opt.model, opt.tp);
-  const gemm_shape head = lm_head_shape(opt.model, opt.tp);
-  const std::uint32_t q_heads = dims_of(opt.model).q_heads / opt.tp;
-  const std::uint32_t kv_heads = preset->kv.kv_heads / opt.tp;
-  const std::uint32_t layers = preset->kv.layers;
+namespace {
 
-  gpu_compute gpu(opt.device);
-  io.out << fmt::format(
-      "calibrate --compute: {} (device {}, cuBLAS {}), model {} tp {}: {} layers, {} query heads, "
-      "{} KV heads per GPU\n",
-      gpu.device_name(), opt.device, gpu.cublas_version(), opt.model, opt.tp, layers, q_heads, kv_heads);
-  sim::compute_calibration cal;
-  cal.device = gpu.device_name();
-  cal.model = opt.model;
-  cal.tp = opt.tp;
-  cal.copy_bandwidth = gpu.copy_bandwidth(std::uint64_t{4} << 30, opt.reps);
-  io.out << fmt::format("device-to-device copy of 4 GiB: {:.2f} TB/s (read + written)\n", cal.copy_bandwidth / 1e12);
+// The model's shapes on one GPU.
+struct model_shapes {
+  std::vector<gemm_shape> layer;  // one layer's GEMMs
+  gemm_shape head;                // the LM head
+  std::uint32_t q_heads = 0, kv_heads = 0, layers = 0;
+};
 
-  // (a) The linear layers: one layer's four GEMMs (timed together: their weights, hundreds of MB,
-  // stream from HBM as in a step), times the layers, plus the LM head.
+// (a) The linear layers: one layer's four GEMMs (timed together: their weights, hundreds of MB,
+// stream from HBM as in a step), times the layers, plus the LM head.
+void measure_linear(gpu_compute& gpu, const compute_options& opt, const model_shapes& m, sim::compute_calibration& cal,
+                    const cli_streams& io) {
+  const std::vector<gemm_shape>& layer = m.layer;
+  const gemm_shape& head = m.head;
+  const std::uint32_t layers = m.layers;
   const std::vector<std::uint32_t> grid = token_grid(opt.token_budget);
   const std::vector<double> layer_s = gpu.time_gemms(layer, grid, opt.reps);
   const std::vector<double> head_s = gpu.time_gemms({head}, grid, opt.reps);
@@ -134,8 +127,13 @@ int calibrate_compute(const compute_options& opt, const cli_streams& io) {
     io.out << fmt::format("| {} | {:.3f} | {:.1f} | {:.2f} |\n", p.tokens, p.seconds * 1e3, p.flops / p.seconds / 1e12,
                           p.bytes / p.seconds / 1e12);
   }
+}
 
-  // (b) Decode attention, one layer: contiguous and paged KV, same kernel.
+// (b) Decode attention, one layer: contiguous and paged KV, same kernel.
+void measure_decode(gpu_compute& gpu, const compute_options& opt, const model_shapes& m, sim::compute_calibration& cal,
+                    const cli_streams& io) {
+  const std::uint32_t q_heads = m.q_heads;
+  const std::uint32_t kv_heads = m.kv_heads;
   cal.block_tokens = opt.block_tokens;
   io.out << fmt::format(
       "\nDecode attention, one layer, median of {}: achieved K+V bandwidth (TB/s) and paged / "
@@ -170,6 +168,34 @@ int calibrate_compute(const compute_options& opt, const cli_streams& io) {
                           cal.paged_decode_factor(b), *std::min_element(r.begin(), r.end()),
                           *std::max_element(r.begin(), r.end()), r.size());
   }
+}
+
+}  // namespace
+
+int calibrate_compute(const compute_options& opt, const cli_streams& io) {
+  const model_preset_entry* preset = find_model_preset(opt.model);
+  if (preset == nullptr) throw std::invalid_argument(fmt::format("unknown model '{}'", opt.model));
+  model_shapes m;
+  m.layer = layer_gemm_shapes(opt.model, opt.tp);
+  m.head = lm_head_shape(opt.model, opt.tp);
+  m.q_heads = dims_of(opt.model).q_heads / opt.tp;
+  m.kv_heads = preset->kv.kv_heads / opt.tp;
+  m.layers = preset->kv.layers;
+  const std::uint32_t layers = m.layers;
+
+  gpu_compute gpu(opt.device);
+  io.out << fmt::format(
+      "calibrate --compute: {} (device {}, cuBLAS {}), model {} tp {}: {} layers, {} query heads, "
+      "{} KV heads per GPU\n",
+      gpu.device_name(), opt.device, gpu.cublas_version(), opt.model, opt.tp, layers, m.q_heads, m.kv_heads);
+  sim::compute_calibration cal;
+  cal.device = gpu.device_name();
+  cal.model = opt.model;
+  cal.tp = opt.tp;
+  cal.copy_bandwidth = gpu.copy_bandwidth(std::uint64_t{4} << 30, opt.reps);
+  io.out << fmt::format("device-to-device copy of 4 GiB: {:.2f} TB/s (read + written)\n", cal.copy_bandwidth / 1e12);
+  measure_linear(gpu, opt, m, cal, io);
+  measure_decode(gpu, opt, m, cal, io);
   cal.prefill_attention =
       "not measured: an honest prefill kernel needs tensor-core (wgmma) tiles as FlashAttention-3 has; a CUDA-core "
       "kernel would be compute-bound far below those rates and dilute the paged/contiguous difference; prefill "
