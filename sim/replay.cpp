@@ -12,6 +12,39 @@
 
 namespace vtensor::sim {
 
+namespace {
+
+// The figures of a finished replay (`events` counts the steps run in a stretch too: Note [Steps
+// run in a stretch] in replica.cpp).
+replay_summary summarize(replica& rep, const kv_policy& policy, time_us first_arrival, time_us last_arrival,
+                         time_us end, std::uint64_t events, std::chrono::steady_clock::time_point wall_start) {
+  replay_summary s;
+  s.counters = rep.counters();
+  s.final_memory = policy.stats();
+  const state_tracker& t = rep.tracker();
+  s.peak = t.peak();
+  s.mean_internal_fragmentation = t.mean_internal_fragmentation();
+  s.mean_sharing_saving = t.mean_sharing_saving();
+  s.mean_physical_bytes = t.mean_physical_bytes();
+  s.mean_mapped_bytes = t.mean_mapped_bytes();
+  s.mean_used_bytes = t.mean_used_bytes();
+  s.mean_running = t.mean_running();
+  s.mean_waiting = t.mean_waiting();
+  s.mean_breakdown = t.mean_breakdown();
+  s.ttft = summarize_latencies(rep.ttft_us());
+  s.tpot = summarize_latencies(rep.tpot_us());
+  s.e2e = summarize_latencies(rep.e2e_us());
+  s.queue = summarize_latencies(rep.queue_us());
+  s.first_arrival_seconds = static_cast<double>(first_arrival) / 1e6;
+  s.last_arrival_seconds = static_cast<double>(last_arrival) / 1e6;
+  s.simulated_seconds = static_cast<double>(end) / 1e6;
+  s.events = events;
+  s.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return s;
+}
+
+}  // namespace
+
 replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const replay_config& config,
                           std::span<replica_observer* const> observers) {
   if (!(config.time_scale > 0) || !std::isfinite(config.time_scale)) {
@@ -70,29 +103,8 @@ replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const
   policy.settle();  // the worker's figures are final, and the check below sees a quiet state
   policy.check_invariants();
 
-  replay_summary s;
-  s.counters = rep.counters();
-  s.final_memory = policy.stats();
-  const state_tracker& t = rep.tracker();
-  s.peak = t.peak();
-  s.mean_internal_fragmentation = t.mean_internal_fragmentation();
-  s.mean_sharing_saving = t.mean_sharing_saving();
-  s.mean_physical_bytes = t.mean_physical_bytes();
-  s.mean_mapped_bytes = t.mean_mapped_bytes();
-  s.mean_used_bytes = t.mean_used_bytes();
-  s.mean_running = t.mean_running();
-  s.mean_waiting = t.mean_waiting();
-  s.mean_breakdown = t.mean_breakdown();
-  s.ttft = summarize_latencies(rep.ttft_us());
-  s.tpot = summarize_latencies(rep.tpot_us());
-  s.e2e = summarize_latencies(rep.e2e_us());
-  s.queue = summarize_latencies(rep.queue_us());
-  s.first_arrival_seconds = static_cast<double>(first_arrival) / 1e6;
-  s.last_arrival_seconds = static_cast<double>(last_arrival) / 1e6;
-  s.simulated_seconds = static_cast<double>(queue.now()) / 1e6;
-  s.events = events + rep.counters().stretch_steps;  // Note [Steps run in a stretch] in replica.cpp
-  s.wall_seconds = wall();
-  return s;
+  return summarize(rep, policy, first_arrival, last_arrival, queue.now(), events + rep.counters().stretch_steps,
+                   wall_start);
 }
 
 namespace {
