@@ -609,30 +609,42 @@ std::vector<std::uint32_t> paged_policy::free_queue() const {
 
 // ---- invariants -------------------------------------------------------------------------------
 
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw std::logic_error("paged policy: " + what); }
+
+}  // namespace
+
 void paged_policy::do_check_invariants() const {
-  const auto fail = [](const std::string& what) { throw std::logic_error("paged policy: " + what); };
   const std::uint64_t n = blocks_.size();
   if (n != pool_->physical_bytes() / block_bytes_) {
     fail(fmt::format("{} blocks in a pool of {} bytes", n, pool_->physical_bytes()));
   }
   if (held_ + cached_ + free_ != n) fail(fmt::format("held {} + cached {} + free {} != {}", held_, cached_, free_, n));
-  // The free lists: links both ways, members free, sizes.
-  const auto walk = [&](const block_list& l, const char* name) {
-    std::uint64_t count = 0;
-    std::uint32_t prev = k_nil;
-    for (std::uint32_t b = l.head; b != k_nil; b = blocks_[b].next) {
-      if (b >= n || ++count > n) fail(fmt::format("the {} list is broken at block {}", name, b));
-      const block& x = blocks_[b];
-      if (x.prev != prev || x.list != l.tag) fail(fmt::format("block {} is badly linked in the {} list", b, name));
-      if (x.ref != 0) fail(fmt::format("block {} with refcount {} is in the {} list", b, x.ref, name));
-      prev = b;
-    }
-    if (prev != l.tail || count != l.size) fail(fmt::format("the {} list holds {}, says {}", name, count, l.size));
-  };
-  walk(queue_, "free queue");
-  walk(spare_, "spare");
+  check_list(queue_, "free queue");
+  check_list(spare_, "spare");
   if (!unlimited_ && spare_.size != 0) fail("a preallocated pool uses the spare list");
-  // References and fills from the live block tables.
+  check_index(check_blocks(check_tables()));
+}
+
+// A free list: links both ways, members free, its size.
+void paged_policy::check_list(const block_list& l, const char* name) const {
+  const std::uint64_t n = blocks_.size();
+  std::uint64_t count = 0;
+  std::uint32_t prev = k_nil;
+  for (std::uint32_t b = l.head; b != k_nil; b = blocks_[b].next) {
+    if (b >= n || ++count > n) fail(fmt::format("the {} list is broken at block {}", name, b));
+    const block& x = blocks_[b];
+    if (x.prev != prev || x.list != l.tag) fail(fmt::format("block {} is badly linked in the {} list", b, name));
+    if (x.ref != 0) fail(fmt::format("block {} with refcount {} is in the {} list", b, x.ref, name));
+    prev = b;
+  }
+  if (prev != l.tail || count != l.size) fail(fmt::format("the {} list holds {}, says {}", name, count, l.size));
+}
+
+// The live block tables: their fills and tokens; returns each block's references from them.
+std::vector<std::uint32_t> paged_policy::check_tables() const {
+  const std::uint64_t n = blocks_.size();
   std::vector<std::uint32_t> refs(n, 0);
   std::uint64_t live_tokens = 0;
   for (const auto& [id, s] : requests_) {
@@ -652,6 +664,12 @@ void paged_policy::do_check_invariants() const {
     live_tokens += s.tokens;
   }
   if (live_tokens != live_tokens_) fail(fmt::format("live tokens {} != {}", live_tokens, live_tokens_));
+  return refs;
+}
+
+// Every block against its references, its list and the index; returns how many have a hash.
+std::uint64_t paged_policy::check_blocks(const std::vector<std::uint32_t>& refs) const {
+  const std::uint64_t n = blocks_.size();
   std::uint64_t held = 0, cached = 0, used = 0, hashed = 0;
   for (std::uint32_t b = 0; b < n; ++b) {
     const block& x = blocks_[b];
@@ -680,7 +698,12 @@ void paged_policy::do_check_invariants() const {
   if (held != held_ || cached != cached_)
     fail(fmt::format("held {} cached {}, counted {} {}", held, cached, held_, cached_));
   if (used != used_tokens_) fail(fmt::format("used tokens {} != {}", used, used_tokens_));
-  // Every index entry heads a chain of blocks of its hash, in order; chains cover every hashed block.
+  return hashed;
+}
+
+// Every index entry heads a chain of blocks of its hash, in order; chains cover every hashed block.
+void paged_policy::check_index(std::uint64_t hashed) const {
+  const std::uint64_t n = blocks_.size();
   std::uint64_t chained = 0;
   std::uint64_t entries = 0;
   for (const hash_index::entry& e : index_.slots) {
