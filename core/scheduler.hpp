@@ -253,8 +253,8 @@ class scheduler {
   std::unordered_map<request_id, std::unique_ptr<vtensor_record>> live_;
   std::uint64_t own_valid_bytes_ = 0;
   std::uint64_t logical_tokens_ = 0;
-  std::uint64_t mapped_pages_ = 0;  // sum of mapped_pages over records
-  std::uint64_t token_pages_ = 0;   // sum over live records of the pages their tokens fill
+  std::uint64_t mapped_pages_ = 0;      // sum of mapped_pages over records
+  std::uint64_t token_pages_ = 0;       // sum over live records of the pages their tokens fill
   std::vector<vtensor_record*> round_;  // the requests of the last in_place_rounds()
   std::uint64_t round_left_ = 0;        // rounds it answered, less those taken
   scheduler_counters counters_;

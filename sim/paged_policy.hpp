@@ -33,8 +33,8 @@
 
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/pool_policy.hpp"
 #include "sim/policy_options.hpp"
+#include "sim/pool_policy.hpp"
 
 namespace vtensor::sim {
 
@@ -145,10 +145,10 @@ class paged_policy final : public pool_policy {
   [[nodiscard]] std::string do_name() const override { return "paged"; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override;
-  void check_list(const block_list& l, const char* name) const;                  // a free list
-  [[nodiscard]] std::vector<std::uint32_t> check_tables() const;                  // block tables; their refs
+  void check_list(const block_list& l, const char* name) const;                            // a free list
+  [[nodiscard]] std::vector<std::uint32_t> check_tables() const;                           // block tables; their refs
   [[nodiscard]] std::uint64_t check_blocks(const std::vector<std::uint32_t>& refs) const;  // blocks; hashed
-  void check_index(std::uint64_t hashed) const;                                  // the hash index
+  void check_index(std::uint64_t hashed) const;                                            // the hash index
 
   void init(const kv_policy_options& options, const paged_settings& settings);  // after pool_ is built
   void hash_blocks(const kv_request& r);                                 // hashes_ := hashes of the full keyed blocks

@@ -18,6 +18,17 @@ backend_config device_config(const kv_policy_options& o) {
   return c;
 }
 
+nlohmann::ordered_json describe_device(const std::string& backend, const backend_config& device) {
+  const bool unlimited = device.capacity_bytes == std::numeric_limits<std::uint64_t>::max();
+  nlohmann::ordered_json j;
+  j["backend"] = backend;
+  j["memory_bytes"] = unlimited ? nlohmann::ordered_json("unlimited") : nlohmann::ordered_json(device.capacity_bytes);
+  j["calibration"] = device.zero_latency               ? "zero"
+                     : device.calibration_file.empty() ? "built-in h200"
+                                                       : device.calibration_file;
+  return j;
+}
+
 std::uint64_t parse_count(std::string_view option, std::string_view text) {
   std::uint64_t v = 0;
   const char* end = text.data() + text.size();

@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backends/enum_names.hpp"
 #include "backends/registry.hpp"
 #include "core/model_presets.hpp"
@@ -53,6 +55,11 @@ struct kv_policy_options {
 /// The backend settings every policy builds its VMM backend with: capacity = the budget,
 /// calibration, latency, device, the wrap.
 [[nodiscard]] backend_config device_config(const kv_policy_options& options);
+
+/// The head of a policy's describe(), in this order: its VMM backend, its memory budget
+/// ("unlimited" or bytes) and the latency calibration of the simulated device ("zero",
+/// "built-in h200" or the file). The policy appends its own entries.
+[[nodiscard]] nlohmann::ordered_json describe_device(const std::string& backend, const backend_config& device);
 
 /// Bad usage of a policy's options: a value its table rejects, an option the policy does not
 /// read, an unknown policy. The message names the option ("--block-tokens must be at least 1").

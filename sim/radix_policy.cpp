@@ -474,19 +474,17 @@ kv_stats radix_policy::do_stats() const {
 }
 
 nlohmann::ordered_json radix_policy::do_describe() const {
-  const std::uint64_t budget = options_.memory_bytes;
-  const bool unlimited = budget == std::numeric_limits<std::uint64_t>::max();
-  return {{"backend", options_.backend},
-          {"memory_bytes", unlimited ? nlohmann::ordered_json("unlimited") : nlohmann::ordered_json(budget)},
-          {"calibration", options_.zero_latency               ? "zero"
-                          : options_.calibration_file.empty() ? "built-in h200"
-                                                              : options_.calibration_file},
-          {"page_tokens", page_tokens_},
-          {"prefix_caching", settings_.prefix_caching},
-          {"kv_bytes_per_token", bytes_per_token_},
-          {"page_bytes", page_bytes_},
-          {"pool_pages", unlimited ? nlohmann::ordered_json("grows on demand") : nlohmann::ordered_json(total_pages_)},
-          {"eviction", "lru leaves"}};
+  const bool unlimited = options_.memory_bytes == std::numeric_limits<std::uint64_t>::max();
+  nlohmann::ordered_json j = describe_device(options_.backend, device_config(options_));
+  const nlohmann::ordered_json own = {
+      {"page_tokens", page_tokens_},
+      {"prefix_caching", settings_.prefix_caching},
+      {"kv_bytes_per_token", bytes_per_token_},
+      {"page_bytes", page_bytes_},
+      {"pool_pages", unlimited ? nlohmann::ordered_json("grows on demand") : nlohmann::ordered_json(total_pages_)},
+      {"eviction", "lru leaves"}};
+  for (const auto& [key, value] : own.items()) j[key] = value;
+  return j;
 }
 
 void radix_policy::do_check_invariants() const {

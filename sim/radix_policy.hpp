@@ -39,8 +39,8 @@
 
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/pool_policy.hpp"
 #include "sim/policy_options.hpp"
+#include "sim/pool_policy.hpp"
 
 namespace vtensor::sim {
 

@@ -252,9 +252,9 @@ class replica {
   void open_step(time_us at, bool continuing);  // the start of every step: wall clock, policy clock, pipelining
   void grow_decoders();                         // the step's decode round (Note [One decode protocol])
   void run_step(step_record& rec);
-  void take_step_calls(step_record& rec);  // the VMM calls and chunk creations since the previous step
-  [[nodiscard]] step_work batch_work() const;                    // the work of batch_
-  [[nodiscard]] batch_counts count_batch() const;                // and its sequences
+  void take_step_calls(step_record& rec);          // the VMM calls and chunk creations since the previous step
+  [[nodiscard]] step_work batch_work() const;      // the work of batch_
+  [[nodiscard]] batch_counts count_batch() const;  // and its sequences
   [[nodiscard]] step_cost cost_of(const step_work& work) const;  // roofline, or the measured rates
   // Prices, counts and emits a step of cost `cost` built at `at` (its calls already in `rec`).
   void price_step(step_record& rec, time_us at, const step_cost& cost, const batch_counts& counts);
@@ -270,8 +270,8 @@ class replica {
   void take_prefill(live_request& r, std::uint32_t& budget, bool& any_prefill);
   void observe(time_us at);                                // with the policy's memory now
   void observe(time_us at, const kv_memory_view& memory);  // with `memory`
-  void check_sampled();  // Note [Sampled invariant checks of a replay] in replica.cpp
-  void close_step();     // checks and wall time at the end of a step (end_step(), run_stretch())
+  void check_sampled();                                    // Note [Sampled invariant checks of a replay] in replica.cpp
+  void close_step();  // checks and wall time at the end of a step (end_step(), run_stretch())
   void emit(const request_record& rec);
 
   event_queue& queue_;

@@ -46,8 +46,8 @@
 #include "backends/enum_names.hpp"
 #include "sim/device_pool.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/pool_policy.hpp"
 #include "sim/policy_options.hpp"
+#include "sim/pool_policy.hpp"
 
 namespace vtensor::sim {
 

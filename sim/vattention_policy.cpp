@@ -120,9 +120,7 @@ sim_ns vattention_policy::step_model_ns() const {
   return sim_ns{backend_->step_side().total_model_ns() - worker_.total_model_ns()};
 }
 
-void vattention_policy::book_step_calls() {
-  clock_.book_calls(step_model_ns());
-}
+void vattention_policy::book_step_calls() { clock_.book_calls(step_model_ns()); }
 
 void vattention_policy::do_advance_to(sim_us at) {
   const auto t = std::chrono::duration_cast<sim_ns>(at);
@@ -529,25 +527,22 @@ vmm_split_report vattention_policy::report() const {
 }
 
 nlohmann::ordered_json vattention_policy::do_describe() const {
-  const std::uint64_t capacity = options_.device.capacity_bytes;
-  return {{"backend", options_.backend},
-          {"memory_bytes", capacity == std::numeric_limits<std::uint64_t>::max() ? nlohmann::ordered_json("unlimited")
-                                                                                 : nlohmann::ordered_json(capacity)},
-          {"calibration", options_.device.zero_latency               ? "zero"
-                          : options_.device.calibration_file.empty() ? "built-in h200"
-                                                                     : options_.device.calibration_file},
-          {"megacache", options_.megacache},
-          {"buffers_per_slot", buffers_},
-          {"buffer_bytes_per_token", buffer_token_bytes_},
-          {"tokens_per_page", tokens_per_page_},
-          {"pages_per_buffer", pages_per_buffer_},
-          {"slot_bytes", slot_bytes_},
-          {"kv_bytes_per_token", options_.kv.kv_bytes_per_token()},
-          {"max_context_tokens", options_.max_context_tokens},
-          {"lookahead_pages", options_.lookahead_pages},
-          {"async_lookahead", options_.async_lookahead},
-          {"slot_choice", "best fit (fewest rows covering the prompt, else most)"},
-          {"reclamation", "deferred: idle slots emptied only when a chunk cannot be created"}};
+  nlohmann::ordered_json j = describe_device(options_.backend, options_.device);
+  const nlohmann::ordered_json own = {
+      {"megacache", options_.megacache},
+      {"buffers_per_slot", buffers_},
+      {"buffer_bytes_per_token", buffer_token_bytes_},
+      {"tokens_per_page", tokens_per_page_},
+      {"pages_per_buffer", pages_per_buffer_},
+      {"slot_bytes", slot_bytes_},
+      {"kv_bytes_per_token", options_.kv.kv_bytes_per_token()},
+      {"max_context_tokens", options_.max_context_tokens},
+      {"lookahead_pages", options_.lookahead_pages},
+      {"async_lookahead", options_.async_lookahead},
+      {"slot_choice", "best fit (fewest rows covering the prompt, else most)"},
+      {"reclamation", "deferred: idle slots emptied only when a chunk cannot be created"}};
+  for (const auto& [key, value] : own.items()) j[key] = value;
+  return j;
 }
 
 void vattention_policy::do_check_invariants() const {

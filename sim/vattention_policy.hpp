@@ -97,8 +97,8 @@
 #include "core/model_presets.hpp"
 #include "sim/accounting_backend.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/worker_clock.hpp"
 #include "sim/policy_options.hpp"
+#include "sim/worker_clock.hpp"
 
 namespace vtensor::sim {
 
@@ -268,7 +268,7 @@ class vattention_policy final : public kv_policy {
   std::uint64_t reclaimed_slots_ = 0, trimmed_slots_ = 0, lookahead_failures_ = 0;
 
   // Clock (Note [vAttention mapping worker model]).
-  vmm_side worker_;  // calls moved from the step side to the worker side
+  vmm_side worker_;     // calls moved from the step side to the worker side
   worker_clock clock_;  // Note [The modelled worker clock]
 };
 

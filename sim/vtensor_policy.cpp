@@ -461,26 +461,22 @@ vtensor_vmm_report vtensor_policy::report() const {
 
 nlohmann::ordered_json vtensor_policy::do_describe() const {
   const auto& m = options_.manager;
-  const std::uint64_t capacity = options_.device.capacity_bytes;
-  return {{"backend", options_.backend},
-          {"memory_bytes", capacity == std::numeric_limits<std::uint64_t>::max() ? nlohmann::ordered_json("unlimited")
-                                                                                 : nlohmann::ordered_json(capacity)},
-          {"calibration", options_.device.zero_latency               ? "zero"
-                          : options_.device.calibration_file.empty() ? "built-in h200"
-                                                                     : options_.device.calibration_file},
-          {"layout", std::string(to_string(m.geometry.layout()))},
-          {"tokens_per_chunk", m.geometry.tokens_per_chunk()},
-          {"tensors", m.geometry.tensors()},
-          {"kv_bytes_per_token", m.geometry.bytes_per_token()},
-          {"max_context_tokens", m.scheduler.max_context_tokens},
-          {"lookahead_pages", m.scheduler.lookahead_pages},
-          {"lookahead_batch", m.scheduler.lookahead_batch},
-          {"async_lookahead", m.scheduler.runs_worker()},
-          {"pipeline", m.scheduler.pipeline},
-          {"create_ahead_chunks", m.scheduler.create_ahead_chunks},
-          {"partial", std::string(to_string(m.scheduler.partial))},
-          {"eviction", m.eviction},
-          {"record_on_preempt", m.scheduler.record_on_preempt}};
+  nlohmann::ordered_json j = describe_device(options_.backend, options_.device);
+  const nlohmann::ordered_json own = {{"layout", std::string(to_string(m.geometry.layout()))},
+                                      {"tokens_per_chunk", m.geometry.tokens_per_chunk()},
+                                      {"tensors", m.geometry.tensors()},
+                                      {"kv_bytes_per_token", m.geometry.bytes_per_token()},
+                                      {"max_context_tokens", m.scheduler.max_context_tokens},
+                                      {"lookahead_pages", m.scheduler.lookahead_pages},
+                                      {"lookahead_batch", m.scheduler.lookahead_batch},
+                                      {"async_lookahead", m.scheduler.runs_worker()},
+                                      {"pipeline", m.scheduler.pipeline},
+                                      {"create_ahead_chunks", m.scheduler.create_ahead_chunks},
+                                      {"partial", std::string(to_string(m.scheduler.partial))},
+                                      {"eviction", m.eviction},
+                                      {"record_on_preempt", m.scheduler.record_on_preempt}};
+  for (const auto& [key, value] : own.items()) j[key] = value;
+  return j;
 }
 
 std::string_view vtensor_policy::do_vmm_critical_path() const {

@@ -102,8 +102,8 @@
 #include "core/manager.hpp"
 #include "sim/accounting_backend.hpp"
 #include "sim/kv_policy.hpp"
-#include "sim/worker_clock.hpp"
 #include "sim/policy_options.hpp"
+#include "sim/worker_clock.hpp"
 
 namespace vtensor::sim {
 
@@ -243,14 +243,14 @@ class vtensor_policy final : public kv_policy {
   accounting_backend* backend_;                 // backend_owner_, as its type
   std::unique_ptr<manager> manager_;
   std::unordered_map<std::uint64_t, worker_job> last_job_;  // request id -> its last job
-  worker_clock clock_;  // Note [The modelled worker clock]; `booked` is step_model_time() on the clock
-  std::uint64_t live_ = 0;                   // requests admitted and not released
-  std::uint64_t booked_calls_ = 0;           // step-thread calls already on the clock
-  std::uint64_t worker_call_ns_ = 0;         // one map + set-access of the worker
-  bool pipelined_window_ = false;            // the admissions now were decided during a step
-  sim_ns window_start_{};                    // when that step's compute began
-  sim_ns window_cpu_{};                      // the step thread's clock in the window
-  sim_ns window_worker_{};                   // the worker's clock for the window's admissions
+  worker_clock clock_;                // Note [The modelled worker clock]; `booked` is step_model_time() on the clock
+  std::uint64_t live_ = 0;            // requests admitted and not released
+  std::uint64_t booked_calls_ = 0;    // step-thread calls already on the clock
+  std::uint64_t worker_call_ns_ = 0;  // one map + set-access of the worker
+  bool pipelined_window_ = false;     // the admissions now were decided during a step
+  sim_ns window_start_{};             // when that step's compute began
+  sim_ns window_cpu_{};               // the step thread's clock in the window
+  sim_ns window_worker_{};            // the worker's clock for the window's admissions
   sim_ns release_backlog_{}, release_at_{};  // releases' unmaps not on the worker clock yet
   std::uint64_t release_runs_ = 0;           // in that many backend calls (runs)
   std::pair<sim_ns, sim_ns> unmap_span_{};   // the worker clock's last stretch of releases' unmaps
