@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The before/after check of a refactoring: replays of the bundled excerpt for each layout, with and
-# without --lookahead 2, must stay byte-identical (`--no-wall --json`). The doctest suite
+# without --lookahead 2, must stay byte-identical (`--no-wall --json`), and so must the Chrome
+# traces of a short replay under memory pressure for vtensor and paged. The doctest suite
 # "replay_identity" runs the same comparison in CI.
 #
 #   tools/replay-identity.sh check [BINARY]   compare BINARY's replays with tests/data/golden/
@@ -30,5 +31,17 @@ for layout in kv-split kv-fused token-major; do
       echo "DIFFERS:   $name"; diff "$golden/$name" "$tmp/$name" | head -20; status=1
     fi
   done
+done
+for policy in vtensor paged; do  # Chrome traces (tests/sim/replay_identity_test.cpp)
+  name=chrome-$policy.json
+  "$bin" replay --trace "$trace" --max-requests 20 --memory 1GiB --policy "$policy" --no-wall --json /dev/null \
+    --chrome-trace "$tmp/$name" >/dev/null
+  if [ "$mode" = write ]; then
+    cp "$tmp/$name" "$golden/$name"
+  elif cmp -s "$tmp/$name" "$golden/$name"; then
+    echo "identical: $name"
+  else
+    echo "DIFFERS:   $name"; diff "$golden/$name" "$tmp/$name" | head -20; status=1
+  fi
 done
 exit $status

@@ -38,9 +38,23 @@ void check_identical(const std::string& layout, const std::string& lookahead) {
   CHECK_MESSAGE(got == expected, "replay differs from " << golden << "; diff it against " << out);
 }
 
+// The Chrome trace of a short replay under memory pressure (rejections, a preemption for paged,
+// decode stretches): every step, request and sample event, in the order an observer sees them.
+void check_chrome_identical(const std::string& policy) {
+  const fs::path golden = fs::path(VTENSOR_SOURCE_DIR) / "tests/data/golden" / ("chrome-" + policy + ".json");
+  const fs::path out = vtensor::sim_testing::temp_file("identity-chrome-" + policy + ".json");
+  const auto r = vtensor::testing::run_cli({"replay", "--trace", "traces/data/mooncake_conversation_excerpt.jsonl",
+                                            "--max-requests", "20", "--memory", "1GiB", "--policy", policy,
+                                            "--no-wall", "--json", "-", "--chrome-trace", out.string()});
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK_MESSAGE(slurp(out) == slurp(golden), "the Chrome trace differs from " << golden << "; diff it against " << out);
+}
+
 }  // namespace
 
 TEST_SUITE("replay_identity") {
+  TEST_CASE("replay identity: Chrome trace, vtensor") { check_chrome_identical("vtensor"); }
+  TEST_CASE("replay identity: Chrome trace, paged") { check_chrome_identical("paged"); }
   TEST_CASE("replay identity: kv-split, no lookahead") { check_identical("kv-split", "0"); }
   TEST_CASE("replay identity: kv-split, lookahead 2") { check_identical("kv-split", "2"); }
   TEST_CASE("replay identity: kv-fused, no lookahead") { check_identical("kv-fused", "0"); }
