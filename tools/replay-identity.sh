@@ -19,23 +19,8 @@ case "$mode" in check|write) ;; *) echo "usage: $0 check|write [BINARY]" >&2; ex
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
-for layout in kv-split kv-fused token-major; do
-  for lookahead in 0 2; do
-    name=replay-$layout-lookahead$lookahead.json
-    "$bin" replay --trace "$trace" --layout "$layout" --lookahead "$lookahead" --no-wall --json "$tmp/$name" >/dev/null
-    if [ "$mode" = write ]; then
-      cp "$tmp/$name" "$golden/$name"
-    elif cmp -s "$tmp/$name" "$golden/$name"; then
-      echo "identical: $name"
-    else
-      echo "DIFFERS:   $name"; diff "$golden/$name" "$tmp/$name" | head -20; status=1
-    fi
-  done
-done
-for policy in vtensor paged; do  # Chrome traces (tests/sim/replay_identity_test.cpp)
-  name=chrome-$policy.json
-  "$bin" replay --trace "$trace" --max-requests 20 --memory 1GiB --policy "$policy" --no-wall --json /dev/null \
-    --chrome-trace "$tmp/$name" >/dev/null
+settle() {  # settle NAME: $tmp/NAME against the golden (check), or into it (write)
+  local name=$1
   if [ "$mode" = write ]; then
     cp "$tmp/$name" "$golden/$name"
   elif cmp -s "$tmp/$name" "$golden/$name"; then
@@ -43,5 +28,17 @@ for policy in vtensor paged; do  # Chrome traces (tests/sim/replay_identity_test
   else
     echo "DIFFERS:   $name"; diff "$golden/$name" "$tmp/$name" | head -20; status=1
   fi
+}
+for layout in kv-split kv-fused token-major; do
+  for lookahead in 0 2; do
+    name=replay-$layout-lookahead$lookahead.json
+    "$bin" replay --trace "$trace" --layout "$layout" --lookahead "$lookahead" --no-wall --json "$tmp/$name" >/dev/null
+    settle "$name"
+  done
+done
+for policy in vtensor paged; do  # Chrome traces (tests/sim/replay_identity_test.cpp)
+  "$bin" replay --trace "$trace" --max-requests 20 --memory 1GiB --policy "$policy" --no-wall --json /dev/null \
+    --chrome-trace "$tmp/chrome-$policy.json" >/dev/null
+  settle "chrome-$policy.json"
 done
 exit $status
