@@ -401,34 +401,44 @@ TEST_CASE("eviction: host misuse throws logic_error") {
 
 namespace {
 
-/// Brute-force reference for lru, lfu and fifo: the same clock rules, the minimum by scanning.
+/// Brute-force reference for lru, lfu, fifo, priority and ttl: the same clock rules, the minimum
+/// by scanning.
 struct reference_model {
   struct state {
-    std::uint64_t seq = 0, last = 0, hits = 0;
+    std::uint64_t seq = 0, last = 0, hits = 0, offset = 0;
+    double last_s = 0;
     bool candidate = false;
   };
   std::map<cache_slot, state> items;
   std::uint64_t clock = 0;
+  std::uint64_t pin_tokens = 0;
 
-  void insert(cache_slot s, const cache_slot* like) {
+  void insert(cache_slot s, const cache_item& it, const cache_slot* like, double now) {
     state st;
     st.seq = ++clock;
     st.last = like ? items[*like].last : st.seq;
     st.hits = like ? items[*like].hits : 0;
+    st.last_s = like ? items[*like].last_s : now;
+    st.offset = it.offset;
     items[s] = st;
   }
-  void touch(cache_slot s) {
+  void touch(cache_slot s, double now) {
     items[s].last = ++clock;
+    items[s].last_s = now;
     ++items[s].hits;
   }
   std::optional<cache_slot> victim(const std::string& name) const {
+    using key_t = std::tuple<double, std::uint64_t, std::uint64_t, std::uint64_t>;
     std::optional<cache_slot> best;
-    std::tuple<std::uint64_t, std::uint64_t, std::uint64_t> best_key{};
+    key_t best_key{};
     for (const auto& [s, st] : items) {
       if (!st.candidate) continue;
-      auto key = name == "lru"   ? std::tuple{st.last, st.seq, std::uint64_t{0}}
-                 : name == "lfu" ? std::tuple{st.hits, st.last, st.seq}
-                                 : std::tuple{st.seq, std::uint64_t{0}, std::uint64_t{0}};
+      key_t key;
+      if (name == "lru") key = {0, st.last, st.seq, 0};
+      if (name == "lfu") key = {0, st.hits, st.last, st.seq};
+      if (name == "fifo") key = {0, st.seq, 0, 0};
+      if (name == "priority") key = {st.offset < pin_tokens ? 1 : 0, st.last, st.seq, 0};
+      if (name == "ttl") key = {st.last_s, st.last, st.seq, 0};
       if (!best || key < best_key) {
         best = s;
         best_key = key;
@@ -460,8 +470,9 @@ TEST_CASE("eviction: random events against a brute-force model") {
     c.pin_tokens = 64;
     c.attention_weight = 0.001;
     auto o = make(name, c);
-    const bool exact = name == "lru" || name == "lfu" || name == "fifo";
+    const bool exact = name == "lru" || name == "lfu" || name == "fifo" || name == "priority" || name == "ttl";
     reference_model model;
+    model.pin_tokens = c.pin_tokens;
     constexpr cache_slot k_slots = 48;
     auto present = [&](cache_slot s) { return model.items.count(s) != 0; };
     auto random_item = [&] { return item(1 + rng() % 32, (rng() % 8) * 32, rng() % 41); };
@@ -483,14 +494,16 @@ TEST_CASE("eviction: random events against a brute-force model") {
         case 1:
           if (!present(s)) {
             if (!model.items.empty() && rng() % 3 == 0) {
-              auto it = model.items.begin();
-              std::advance(it, static_cast<std::ptrdiff_t>(rng() % model.items.size()));
-              const cache_slot like = it->first;
-              o->insert_like(s, random_item(), like);
-              model.insert(s, &like);
+              auto pick = model.items.begin();
+              std::advance(pick, static_cast<std::ptrdiff_t>(rng() % model.items.size()));
+              const cache_slot like = pick->first;
+              const cache_item it = random_item();
+              o->insert_like(s, it, like);
+              model.insert(s, it, &like, clock.seconds);
             } else {
-              o->insert(s, random_item());
-              model.insert(s, nullptr);
+              const cache_item it = random_item();
+              o->insert(s, it);
+              model.insert(s, it, nullptr, clock.seconds);
             }
           }
           break;
@@ -498,7 +511,7 @@ TEST_CASE("eviction: random events against a brute-force model") {
         case 3:
           if (present(s)) {
             o->touch(s);
-            model.touch(s);
+            model.touch(s, clock.seconds);
           }
           break;
         case 4:
@@ -512,7 +525,9 @@ TEST_CASE("eviction: random events against a brute-force model") {
         case 6:
           if (present(s)) {
             if (rng() % 2 == 0) {
-              o->resize(s, random_item());
+              const cache_item it = random_item();
+              o->resize(s, it);
+              model.items[s].offset = it.offset;
             } else {
               o->erase(s);
               model.items.erase(s);
@@ -522,7 +537,16 @@ TEST_CASE("eviction: random events against a brute-force model") {
         case 7:
           clock.seconds += 0.25;
           clock.next_request += rng() % 3;
-          check_popped(o->pop_expired());
+          if (name == "ttl") {
+            // The idlest candidate, when it has expired.
+            const auto idlest = model.victim(name);
+            const bool expired = idlest && model.items[*idlest].last_s + c.ttl_s <= clock.seconds;
+            const auto v = o->pop_expired();
+            CHECK(v == (expired ? idlest : std::nullopt));
+            check_popped(v);
+          } else {
+            CHECK(o->pop_expired() == std::nullopt);
+          }
           break;
         default: {
           const auto expect = model.victim(name);
