@@ -1,5 +1,6 @@
 #include "core/eviction_order.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <tuple>
 
@@ -73,16 +74,16 @@ class fifo_order final : public history_order<std::uint64_t> {
 };
 
 /// Least frequently used first: the fewest touches, then the oldest last use, then insertion.
-/// insert_like takes `like`'s touches and last use. (The rTree's old key packed hits above bit 43
-/// and saturated them at 2^20; this one does not saturate, which differs only past 2^20 hits or
-/// 2^43 events.)
+/// insert_like takes `like`'s touches and last use. Touches count up to 2^20 - 1 and then tie, as
+/// in the rTree's old packed key (hits << 43 | last access), so that the two agree on every trace.
 class lfu_order final : public history_order<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> {
  public:
   std::string_view name() const override { return "lfu"; }
 
  private:
+  static constexpr std::uint64_t k_max_hits = (std::uint64_t{1} << 20) - 1;
   std::tuple<std::uint64_t, std::uint64_t, std::uint64_t> rank(cache_slot s) const override {
-    return {history(s).hits, history(s).last, history(s).seq};
+    return {std::min(history(s).hits, k_max_hits), history(s).last, history(s).seq};
   }
 };
 
