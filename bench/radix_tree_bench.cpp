@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "bench/bench_support.hpp"
-#include "core/eviction_policy.hpp"
+#include "core/eviction_order.hpp"
 #include "core/radix_tree.hpp"
 
 using namespace vtensor;
@@ -27,7 +27,7 @@ constexpr std::uint64_t k_tree_blocks = 100'000;
 constexpr std::uint32_t k_block_tokens = 512;
 
 struct cached_tree {
-  radix_tree tree{make_eviction_policy("lru")};
+  radix_tree tree{make_eviction_order({})};
   std::vector<std::vector<token_block>> sequences;  // every inserted 256-block key
 
   cached_tree() {

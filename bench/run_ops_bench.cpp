@@ -22,7 +22,7 @@
 
 #include "bench/bench_support.hpp"
 #include "core/async_mapper.hpp"
-#include "core/eviction_policy.hpp"
+#include "core/eviction_order.hpp"
 #include "core/mutex.hpp"
 #include "core/operations.hpp"
 #include "sim/accounting_backend.hpp"
@@ -38,7 +38,7 @@ constexpr std::uint64_t k_vtensor_bytes = std::uint64_t{4096} * k_chunk_bytes;
 struct warm_pool {
   sim_backend sim = zero_cost_device();
   kv_geometry geometry{*model_preset("llama-3-8b"), kv_layout::kv_fused};
-  operations ops{sim, geometry, k_vtensor_bytes, make_eviction_policy("lru"), 0};
+  operations ops{sim, geometry, k_vtensor_bytes, make_eviction_order({}), 0};
   explicit warm_pool(std::size_t warm) {
     std::vector<chunk_id> chunks;
     if (!ops.pool().alloc_run(warm, nullptr, chunks)) throw std::runtime_error("bench: cannot warm the pool");

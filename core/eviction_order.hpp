@@ -65,8 +65,8 @@ class next_use_oracle {
 /// An order's name and its settings (each order reads the ones named in its comment).
 struct eviction_config {
   std::string name = "lru";
-  double slru_protected = 0.8;  ///< slru: the protected segment's share of the cached tokens
-  double s3fifo_small = 0.1;    ///< s3-fifo: the small queue's share of the cached tokens
+  double slru_protected = 0.8;   ///< slru: the protected segment's share of the cached tokens
+  double s3fifo_small = 0.1;     ///< s3-fifo: the small queue's share of the cached tokens
   std::uint64_t pin_tokens = 0;  ///< priority: items starting in a sequence's first pin_tokens tokens go last
   double ttl_s = 0;              ///< ttl: seconds an item lives after its last touch (> 0)
   /// cost-aware: recompute cost of a token at context position p is 1 + attention_weight x p

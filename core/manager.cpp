@@ -10,7 +10,7 @@ namespace vtensor {
 
 manager::manager(vmm_backend& backend, manager_config config)
     : geometry_(config.geometry),
-      scheduler_(backend, config.geometry, config.scheduler, make_eviction_policy(config.eviction)) {}
+      scheduler_(backend, config.geometry, config.scheduler, make_eviction_order(config.eviction)) {}
 
 manager::~manager() {
   try {

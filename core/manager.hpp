@@ -24,7 +24,7 @@ namespace vtensor {
 struct manager_config {
   kv_geometry geometry{*model_preset("llama-3-8b"), kv_layout::kv_split};  ///< model x layout
   scheduler_config scheduler;                                              ///< scheduling policies
-  std::string eviction = "lru";                                            ///< rTree eviction policy name
+  eviction_config eviction;                                                ///< rTree eviction order and its settings
 };
 
 /// A consistent snapshot of memory and activity. Definitions: docs/metrics.md.

@@ -18,7 +18,7 @@ namespace vtensor {
 // calls are charged on the simulated device too, so that simulated time shows what a copy costs.
 
 operations::operations(vmm_backend& backend, const kv_geometry& geometry, std::uint64_t vtensor_bytes,
-                       std::unique_ptr<eviction_policy> eviction, std::size_t range_cache)
+                       std::unique_ptr<eviction_order> eviction, std::size_t range_cache)
     : gate_(backend),
       geometry_(geometry),
       pool_(gate_, backend.capacity_chunks()),

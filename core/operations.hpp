@@ -14,7 +14,7 @@
 
 #include "backends/vmm_backend.hpp"
 #include "core/chunk_pool.hpp"
-#include "core/eviction_policy.hpp"
+#include "core/eviction_order.hpp"
 #include "core/kv_geometry.hpp"
 #include "core/mapping_table.hpp"
 #include "core/prefix_cache.hpp"
@@ -45,7 +45,7 @@ class operations {
   /// ranges are kept reserved for reuse. Throws std::invalid_argument when the backend does not
   /// map in the geometry's chunks.
   operations(vmm_backend& backend, const kv_geometry& geometry, std::uint64_t vtensor_bytes,
-             std::unique_ptr<eviction_policy> eviction, std::size_t range_cache);
+             std::unique_ptr<eviction_order> eviction, std::size_t range_cache);
   ~operations();
   operations(const operations&) = delete;
   operations& operator=(const operations&) = delete;

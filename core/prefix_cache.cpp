@@ -21,6 +21,13 @@ bool prefix_cache::evict_one() {
   return true;
 }
 
+void prefix_cache::drop_expired() {
+  while (auto pages = tree_.evict_expired()) {
+    ++evicted_nodes_;
+    drop_pages(*pages);
+  }
+}
+
 void prefix_cache::record_page(radix_node& node, page_version version) {
   for (chunk_id c : version.chunks) chunks_.prefetch(c);  // Note [Dense chunk records]
   for (chunk_id c : version.chunks) {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/eviction_policy.hpp"
+#include "core/eviction_order.hpp"
 #include "core/pset.hpp"
 #include "core/radix_tree.hpp"
 
@@ -19,13 +19,15 @@ namespace vtensor {
 class prefix_cache {
  public:
   /// Holds references in `chunks` (owned by the chunk pool); evicts in `eviction`'s order.
-  prefix_cache(pset& chunks, std::unique_ptr<eviction_policy> eviction) : chunks_(chunks), tree_(std::move(eviction)) {}
+  prefix_cache(pset& chunks, std::unique_ptr<eviction_order> eviction) : chunks_(chunks), tree_(std::move(eviction)) {}
 
   /// Takes a tree reference on each chunk of `version` and hangs it on `node`; whatever the tree
   /// hands back (a dominated version, or this one if redundant) loses its references.
   void record_page(radix_node& node, page_version version);
   /// Evicts one rTree leaf (policy order) and drops its references; false when nothing is evictable.
   bool evict_one();
+  /// Evicts every leaf whose time is up (a ttl order; others: none) and drops its references.
+  void drop_expired();
   /// Drops the whole rTree and its references.
   void clear();
 

@@ -24,11 +24,32 @@ auto child_lower_bound(const std::vector<std::unique_ptr<radix_node>>& children,
 
 }  // namespace
 
-radix_tree::radix_tree(std::unique_ptr<eviction_policy> policy) : policy_(std::move(policy)) {
-  if (!policy_) throw std::invalid_argument("radix_tree: null eviction policy");
+radix_tree::radix_tree(std::unique_ptr<eviction_order> order) : order_(std::move(order)) {
+  if (!order_) throw std::invalid_argument("radix_tree: null eviction order");
 }
 
-radix_tree::~radix_tree() { evictable_.clear(); }
+radix_tree::~radix_tree() = default;
+
+void radix_tree::enter(radix_node& n, const radix_node* like) {
+  if (free_slots_.empty()) {
+    n.slot = static_cast<cache_slot>(slots_.size());
+    slots_.push_back(&n);
+  } else {
+    n.slot = free_slots_.back();
+    free_slots_.pop_back();
+    slots_[n.slot] = &n;
+  }
+  if (like != nullptr) {
+    order_->insert_like(n.slot, item_of(n), like->slot);
+  } else {
+    order_->insert(n.slot, item_of(n));
+  }
+}
+
+void radix_tree::leave(radix_node& n) {
+  slots_[n.slot] = nullptr;
+  free_slots_.push_back(n.slot);
+}
 
 radix_node* radix_tree::find_child(const radix_node& n, std::uint64_t key) {
   auto it = child_lower_bound(n.children, key);
@@ -36,21 +57,10 @@ radix_node* radix_tree::find_child(const radix_node& n, std::uint64_t key) {
 }
 
 void radix_tree::refresh_evictable(radix_node& n) {
-  if (n.evictable) {
-    evictable_.erase(evictable_.iterator_to(n));
-    n.evictable = false;
-  }
-  if (&n != &root_ && n.is_leaf() && n.pins == 0) {
-    n.evict_key = policy_->priority(n.stats);
-    evictable_.insert(n);
-    n.evictable = true;
-  }
-}
-
-void radix_tree::touch(radix_node& n) {
-  n.stats.last_access = ++clock_;
-  ++n.stats.hits;
-  if (n.evictable) refresh_evictable(n);
+  const bool should = &n != &root_ && n.is_leaf() && n.pins == 0;
+  if (should == n.evictable) return;
+  n.evictable = should;
+  order_->set_candidate(n.slot, should);
 }
 
 radix_path radix_tree::match(std::span<const token_block> key) {
@@ -60,7 +70,7 @@ radix_path radix_tree::match(std::span<const token_block> key) {
   while (i < key.size()) {
     radix_node* child = find_child(*n, key[i].key);
     if (child == nullptr) break;
-    touch(*child);
+    order_->touch(child->slot);
     r.nodes.push_back(child);
     const auto& edge = child->edge;
     std::size_t j = 0;
@@ -89,11 +99,11 @@ radix_node& radix_tree::split(radix_node& n, std::size_t at_block) {
   up->start_tokens = n.start_tokens;
   up->edge_tokens = sum_tokens(up->edge);
   up->pins = n.pins;
-  up->stats = n.stats;
-  up->stats.created = ++clock_;
+  enter(*up, &n);  // not a leaf: never a candidate while `n` hangs below
   n.edge.erase(n.edge.begin(), n.edge.begin() + static_cast<std::ptrdiff_t>(at_block));
   n.start_tokens += up->edge_tokens;
   n.edge_tokens -= up->edge_tokens;
+  order_->resize(n.slot, item_of(n));
   // Page versions whose last token now lies on the upper edge move up (order is kept).
   auto moved = std::stable_partition(n.pages.begin(), n.pages.end(),
                                      [&](const page_version& p) { return p.last_token < n.start_tokens; });
@@ -119,7 +129,7 @@ radix_path radix_tree::insert(std::span<const token_block> key) {
       leaf->edge.assign(key.begin() + static_cast<std::ptrdiff_t>(i), key.end());
       leaf->start_tokens = n == &root_ ? 0 : n->end_tokens();
       leaf->edge_tokens = sum_tokens(leaf->edge);
-      leaf->stats.created = leaf->stats.last_access = ++clock_;
+      enter(*leaf, nullptr);
       radix_node* raw = leaf.get();
       n->children.insert(child_lower_bound(n->children, key[i].key), std::move(leaf));
       ++node_count_;
@@ -146,7 +156,7 @@ radix_path radix_tree::insert(std::span<const token_block> key) {
     }
     if (j == 0) return r;  // collision on the first block: nothing more can be cached here
     if (j < edge.size()) child = &split(*child, j);
-    touch(*child);
+    order_->touch(child->slot);
     r.nodes.push_back(child);
     if (collision) return r;
     n = child;
@@ -180,7 +190,7 @@ bool radix_tree::covers(const radix_node& node, std::uint32_t page, std::uint64_
 void radix_tree::pin(radix_node& node) {
   for (radix_node* p = &node; p != &root_ && p != nullptr; p = p->parent) {
     ++p->pins;
-    if (p->evictable) refresh_evictable(*p);
+    refresh_evictable(*p);
   }
 }
 
@@ -192,10 +202,25 @@ void radix_tree::unpin(radix_node& node) {
 }
 
 std::optional<std::vector<page_version>> radix_tree::evict_one() {
-  if (evictable_.empty()) return std::nullopt;
-  radix_node& victim = *evictable_.begin();
-  evictable_.erase(evictable_.iterator_to(victim));
+  const std::optional<cache_slot> slot = order_->pop_victim();
+  if (!slot) return std::nullopt;
+  return remove_leaf(*slot);
+}
+
+std::optional<std::vector<page_version>> radix_tree::evict_expired() {
+  const std::optional<cache_slot> slot = order_->pop_expired();
+  if (!slot) return std::nullopt;
+  return remove_leaf(*slot);
+}
+
+std::vector<page_version> radix_tree::remove_leaf(cache_slot slot) {
+  radix_node* node = slot < slots_.size() ? slots_[slot] : nullptr;
+  if (node == nullptr || !node->evictable) {
+    throw std::logic_error(fmt::format("rtree: the eviction order picked slot {}, not a candidate", slot));
+  }
+  radix_node& victim = *node;
   victim.evictable = false;
+  leave(victim);
   std::vector<page_version> pages = std::move(victim.pages);
   page_count_ -= pages.size();
   block_count_ -= victim.edge.size();
@@ -210,12 +235,15 @@ void radix_tree::collect_pages(radix_node& n, std::vector<page_version>& out) {
   for (auto& p : n.pages) out.push_back(std::move(p));
   n.pages.clear();
   for (auto& c : n.children) collect_pages(*c, out);
+  if (&n != &root_) {
+    order_->erase(n.slot);
+    leave(n);
+  }
 }
 
 std::vector<page_version> radix_tree::clear() {
   std::vector<page_version> out;
   collect_pages(root_, out);
-  evictable_.clear();
   root_.children.clear();
   node_count_ = 0;
   block_count_ = 0;
@@ -253,12 +281,14 @@ void radix_tree::check_invariants() const {
     }
     const bool should = n.is_leaf() && n.pins == 0;
     if (should != n.evictable) fail("evictable flag disagrees with leaf and pin state");
+    if (n.slot >= slots_.size() || slots_[n.slot] != &n) fail("node not found at its slot");
     if (n.evictable) ++evictable;
   });
   if (nodes != node_count_) fail(fmt::format("{} nodes counted, {} recorded", nodes, node_count_));
   if (blocks != block_count_) fail("block count drifted");
   if (pages != page_count_) fail("page count drifted");
-  if (evictable != evictable_.size()) fail("evictable set size drifted");
+  if (evictable != order_->candidates()) fail("the eviction order's candidates drifted");
+  if (nodes + free_slots_.size() != slots_.size()) fail("slots leaked");
 }
 
 }  // namespace vtensor

@@ -10,9 +10,11 @@
 /// node is replaced.
 ///
 /// Pins: a live request that maps pages of a path pins the path's deepest node it uses (and so
-/// all its ancestors); pinned nodes are never evicted. Eviction removes unpinned leaves, lowest
-/// eviction-policy priority first (LRU by default), and hands their page versions back so that
-/// the caller drops the chunk references.
+/// all its ancestors); pinned nodes are never evicted. Eviction removes unpinned leaves in the
+/// order of an eviction_order (LRU by default; Note [Eviction orders] in core/eviction_order.hpp),
+/// and hands their page versions back so that the caller drops the chunk references. The tree
+/// tells the order of every node's creation (a split's upper node inherits the lower's history),
+/// every match or insert that walks through it (a touch), and whether it is an unpinned leaf.
 
 #include <cstdint>
 #include <memory>
@@ -20,11 +22,8 @@
 #include <span>
 #include <vector>
 
-#include <boost/intrusive/set.hpp>
-
-#include "core/eviction_policy.hpp"
+#include "core/eviction_order.hpp"
 #include "core/ids.hpp"
-#include "core/intrusive.hpp"
 
 namespace vtensor {
 
@@ -38,17 +37,15 @@ struct page_version {
 
 /// A node of the tree. Owned by its parent (the root by the tree).
 struct radix_node {
-  radix_node* parent = nullptr;                               ///< nullptr for the root
-  std::vector<token_block> edge;                              ///< blocks from the parent to this node
-  std::uint64_t start_tokens = 0;                             ///< tokens on the path before this edge
-  std::uint64_t edge_tokens = 0;                              ///< tokens on this edge
-  std::vector<std::unique_ptr<radix_node>> children;          ///< sorted by their first block's key
-  std::vector<page_version> pages;                            ///< page versions, sorted by page index
-  std::uint32_t pins = 0;                                     ///< live requests pinning this node or a descendant
-  node_stats stats;                                           ///< what the eviction policy sees
-  std::uint64_t evict_key = 0;                                ///< priority when it entered the evictable set
-  bool evictable = false;                                     ///< linked into the tree's evictable set
-  boost::intrusive::set_member_hook<link_mode_t> evict_hook;  ///< evictable-set membership
+  radix_node* parent = nullptr;                       ///< nullptr for the root
+  std::vector<token_block> edge;                      ///< blocks from the parent to this node
+  std::uint64_t start_tokens = 0;                     ///< tokens on the path before this edge
+  std::uint64_t edge_tokens = 0;                      ///< tokens on this edge
+  std::vector<std::unique_ptr<radix_node>> children;  ///< sorted by their first block's key
+  std::vector<page_version> pages;                    ///< page versions, sorted by page index
+  std::uint32_t pins = 0;                             ///< live requests pinning this node or a descendant
+  cache_slot slot = 0;                                ///< its name in the eviction order
+  bool evictable = false;                             ///< a candidate of the eviction order
 
   [[nodiscard]] std::uint64_t end_tokens() const { return start_tokens + edge_tokens; }
   [[nodiscard]] bool is_leaf() const { return children.empty(); }
@@ -65,7 +62,7 @@ struct radix_path {
 /// The radix tree. Not thread-safe (the manager serialises).
 class radix_tree {
  public:
-  explicit radix_tree(std::unique_ptr<eviction_policy> policy);
+  explicit radix_tree(std::unique_ptr<eviction_order> order);
   ~radix_tree();
   radix_tree(const radix_tree&) = delete;
   radix_tree& operator=(const radix_tree&) = delete;
@@ -93,9 +90,12 @@ class radix_tree {
   /// Undoes one pin().
   void unpin(radix_node& node);
 
-  /// Evicts the evictable leaf of lowest priority; returns its page versions (possibly none), or
+  /// Evicts the evictable leaf the order picks; returns its page versions (possibly none), or
   /// nullopt when no leaf can be evicted.
   [[nodiscard]] std::optional<std::vector<page_version>> evict_one();
+  /// Evicts an evictable leaf whose time is up (eviction_order::pop_expired); returns its page
+  /// versions, or nullopt when none has expired.
+  [[nodiscard]] std::optional<std::vector<page_version>> evict_expired();
   /// Removes every node (pinned ones too) and returns all page versions.
   [[nodiscard]] std::vector<page_version> clear();
 
@@ -106,9 +106,9 @@ class radix_tree {
   /// Page versions attached.
   [[nodiscard]] std::uint64_t page_count() const { return page_count_; }
   /// Leaves that eviction may take now.
-  [[nodiscard]] std::size_t evictable_count() const { return evictable_.size(); }
-  /// The eviction policy's name.
-  [[nodiscard]] std::string policy_name() const { return policy_->name(); }
+  [[nodiscard]] std::size_t evictable_count() const { return order_->candidates(); }
+  /// The eviction order's name.
+  [[nodiscard]] std::string_view policy_name() const { return order_->name(); }
   [[nodiscard]] const radix_node& root() const { return root_; }
 
   /// Visits every attached page version.
@@ -122,33 +122,26 @@ class radix_tree {
   void check_invariants() const;
 
  private:
-  struct evict_order {
-    bool operator()(const radix_node& a, const radix_node& b) const {
-      if (a.evict_key != b.evict_key) return a.evict_key < b.evict_key;
-      return a.stats.created < b.stats.created;
-    }
-  };
-  using evictable_set = boost::intrusive::multiset<
-      radix_node,
-      boost::intrusive::member_hook<radix_node, boost::intrusive::set_member_hook<link_mode_t>,
-                                    &radix_node::evict_hook>,
-      boost::intrusive::compare<evict_order>, boost::intrusive::constant_time_size<true>>;
-
   template <class F>
   static void visit(const radix_node& n, F&& f) {
     f(n);
     for (const auto& c : n.children) visit(*c, f);
   }
   [[nodiscard]] static radix_node* find_child(const radix_node& n, std::uint64_t key);
-  void touch(radix_node& n);
+  [[nodiscard]] static cache_item item_of(const radix_node& n) {
+    return {n.edge_tokens, n.start_tokens, n.edge.front().key};
+  }
+  void enter(radix_node& n, const radix_node* like);  // gives `n` a slot and tells the order
+  void leave(radix_node& n);                          // frees `n`'s slot (the order already dropped it)
   void refresh_evictable(radix_node& n);
   radix_node& split(radix_node& n, std::size_t at_block);
+  std::vector<page_version> remove_leaf(cache_slot slot);
   void collect_pages(radix_node& n, std::vector<page_version>& out);
 
-  std::unique_ptr<eviction_policy> policy_;
+  std::unique_ptr<eviction_order> order_;
   radix_node root_;
-  evictable_set evictable_;
-  std::uint64_t clock_ = 0;
+  std::vector<radix_node*> slots_;      // node by slot
+  std::vector<cache_slot> free_slots_;  // slots to reuse, last freed first
   std::size_t node_count_ = 0;
   std::uint64_t block_count_ = 0;
   std::uint64_t page_count_ = 0;

@@ -9,7 +9,7 @@
 namespace vtensor {
 
 scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_config config,
-                     std::unique_ptr<eviction_policy> eviction)
+                     std::unique_ptr<eviction_order> eviction)
     : geometry_(std::move(geometry)),
       config_(config),
       vtensor_bytes_(geometry_.vtensor_bytes(config.max_context_tokens)),
@@ -403,11 +403,19 @@ scheduler::prefix_match scheduler::match_prefix(std::span<const token_block> blo
   return m;
 }
 
+// Note [Expiry at admission]
+// An eviction order with a time to live (ttl) drops cached prefixes whose time is up. A prefix
+// is only ever reused by an admission's match, so expiring them at the start of each admission
+// (and not as the clock moves) reuses exactly what an eager expiry would; what differs is when
+// the memory comes back, which is at the next admission instead of the moment of expiry: the
+// cached bytes of the memory figures stay up to then (and a decode stretch, which promises that
+// the clock alone changes no figure, keeps its promise). Other orders expire nothing.
 create_result scheduler::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
                                 std::uint64_t max_tokens) {
   auto rec = new_record(id, max_tokens);
   validate_prompt(*rec, blocks, prompt_tokens);
   const operation_counters before = ops_.counters();
+  ops_.cache().drop_expired();  // Note [Expiry at admission]
   const prefix_match m = match_prefix(blocks, prompt_tokens);
   const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(prompt_tokens));
 

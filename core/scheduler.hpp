@@ -119,7 +119,7 @@ struct scheduler_counters {
 class scheduler {
  public:
   scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_config config,
-            std::unique_ptr<eviction_policy> eviction);
+            std::unique_ptr<eviction_order> eviction);
   ~scheduler();
 
   /// New request with `prompt_tokens` tokens whose leading tokens are named by `blocks`. Reuses

@@ -183,6 +183,8 @@ policy_definition<paged_settings> paged_definition() {
   policy_definition<s> d;
   d.options = {count_option<s, std::uint32_t>("block-tokens", "paged: tokens per KV block", &s::block_tokens, 16, 1),
                prefix_caching_option(&s::prefix_caching)};
+  for (auto& row : eviction_options(&s::eviction)) d.options.push_back(std::move(row));
+  d.check = [](const s& v) { check_eviction(v.eviction); };
   d.make = construct_with<paged_policy, s>();
   d.access = [](const kv_policy_options&, const s& v) { return kv_access{true, v.block_tokens}; };
   d.sharing = [](const kv_policy_options&, const s& v) {
@@ -203,6 +205,8 @@ void paged_policy::init(const kv_policy_options& o, const paged_settings& s) {
   unlimited_ = !pool_->preallocated();
   queue_.tag = k_in_queue;
   spare_.tag = k_in_spare;
+  eviction_ = eviction_for(o, s.eviction);
+  if (eviction_.name != "lru") order_ = make_eviction_order(eviction_);  // Note [Paged eviction orders]
   if (pool_->capacity_bytes() / block_bytes_ >= k_nil) {
     throw std::invalid_argument(
         fmt::format("paged policy: memory_bytes {} holds {} blocks of block_tokens {}, more than block ids can name",
@@ -338,7 +342,7 @@ void paged_policy::unregister_block(std::uint32_t b) {
 // (BlockPool.get_new_blocks, _maybe_evict_cached_block), and caches the blocks that are full
 // (cache_full_blocks). An unlimited pool grows instead (Note [Unlimited pool]).
 bool paged_policy::have_free(std::uint64_t n, std::uint64_t revived) {
-  if (!unlimited_) return n + revived <= queue_.size;
+  if (!unlimited_) return n + revived <= free_blocks();
   if (n <= spare_.size) return true;
   const std::uint64_t want = blocks_.size() + (n - spare_.size);
   bool grown = false;
@@ -356,7 +360,16 @@ bool paged_policy::have_free(std::uint64_t n, std::uint64_t revived) {
 
 std::uint32_t paged_policy::take_block() {
   block_list& from = unlimited_ ? spare_ : queue_;
-  const std::uint32_t b = from.pop_front(blocks_);
+  std::uint32_t b = k_nil;
+  if (order_ != nullptr && !unlimited_ && queue_.size == 0) {  // Note [Paged eviction orders]
+    const std::optional<cache_slot> victim = order_->pop_victim();
+    if (!victim || *victim >= blocks_.size() || blocks_[*victim].ref != 0 || blocks_[*victim].hash == 0) {
+      throw std::logic_error("paged policy: the eviction order has no cached free block to give");
+    }
+    b = *victim;
+  } else {
+    b = from.pop_front(blocks_);
+  }
   block& x = blocks_[b];
   if (x.hash != 0) {
     unregister_block(b);
@@ -431,6 +444,7 @@ kv_admit_result paged_policy::do_admit(const kv_request& r) {
   hits_.clear();
   std::uint64_t revived = 0;
   if (prefix_caching_) {
+    drop_expired();
     hash_blocks(r);
     const std::uint64_t max_hits = std::min<std::uint64_t>(hashes_.size(), (r.prompt_tokens - 1) / block_tokens_);
     for (std::uint64_t i = 0; i < std::min(max_hits, k_prefetch_ahead); ++i) index_.prefetch(hashes_[i]);
@@ -449,8 +463,13 @@ kv_admit_result paged_policy::do_admit(const kv_request& r) {
   s.table.reserve(ceil_div(r.max_tokens, std::uint64_t{block_tokens_}));
   for (const std::uint32_t b : hits_) {  // BlockPool.touch
     block& x = blocks_[b];
+    if (order_ != nullptr) order_->touch(b);  // a hit is a use
     if (x.ref == 0) {
-      queue_.remove(blocks_, b);
+      if (order_ != nullptr) {
+        order_->set_candidate(b, false);
+      } else {
+        queue_.remove(blocks_, b);
+      }
       --cached_;
       ++held_;
       used_tokens_ += x.fill;
@@ -465,6 +484,10 @@ kv_admit_result paged_policy::do_admit(const kv_request& r) {
     for (std::size_t i = hits_.size(); i < hashes_.size(); ++i) {
       if (i + k_prefetch_ahead < hashes_.size()) index_.prefetch(hashes_[i + k_prefetch_ahead]);
       register_block(s.table[i], hashes_[i]);
+      if (order_ != nullptr) {
+        const std::uint64_t at = i * block_tokens_;
+        order_->insert(s.table[i], {block_tokens_, at, trace_key_at(r, at)});
+      }
     }
   }
   s.tokens = r.prompt_tokens;
@@ -563,10 +586,58 @@ void paged_policy::do_release(request_id id, release_reason /*why*/) {
       x.fill = 0;
       ++free_;
     }
-    free_list_for(x).push_back(blocks_, *b);
+    park_free(*b);
   }
   live_tokens_ -= s.tokens;
   requests_.erase(it);
+}
+
+// ---- eviction orders --------------------------------------------------------------------------
+
+// Note [Paged eviction orders]
+// With --eviction lru (the default) the free queue is vLLM's FreeKVCacheBlockQueue itself: freed
+// blocks, cached or not, join its tail in release order (Note [Freeing tail first]) and new blocks
+// come from its head, so an uncached free block and a cached one are taken in the order they were
+// freed. Any other order (core/eviction_order.hpp) keeps the cached free blocks as its candidates
+// instead, and the queue holds only the uncached ones, which are taken first: dropping them loses
+// nothing, so no order should spend a cached block while one is left. The order sees a block's
+// registration (insert: tokens = block_tokens, offset = its first token, key = the trace key of
+// the block holding that token, so the offline order and the ghost lists of arc and s3-fifo know
+// blocks at the trace's granularity), every cache hit on it (touch), and whether it is free
+// (candidate). A release is not a use here: recency is that of the last hit or registration.
+void paged_policy::park_free(std::uint32_t b) {
+  if (order_ != nullptr && blocks_[b].hash != 0) {
+    order_->set_candidate(b, true);
+  } else {
+    free_list_for(blocks_[b]).push_back(blocks_, b);
+  }
+}
+
+void paged_policy::uncache_free(std::uint32_t b) {
+  block& x = blocks_[b];
+  unregister_block(b);
+  ++evictions_;
+  --cached_;
+  ++free_;
+  x.fill = 0;
+  free_list_for(x).push_back(blocks_, b);
+}
+
+// Note [Expiry at admission] in core/scheduler.cpp: the same here (the ttl order only).
+void paged_policy::drop_expired() {
+  if (order_ == nullptr) return;
+  while (const std::optional<cache_slot> b = order_->pop_expired()) {
+    if (*b >= blocks_.size() || blocks_[*b].ref != 0 || blocks_[*b].hash == 0) {
+      throw std::logic_error("paged policy: the eviction order expired a block that is not cached and free");
+    }
+    uncache_free(*b);
+  }
+}
+
+std::uint64_t paged_policy::trace_key_at(const kv_request& r, std::uint64_t token) {
+  if (r.blocks.empty() || r.blocks.front().tokens == 0) return 0;
+  const std::uint64_t i = token / r.blocks.front().tokens;  // every block but the last is whole
+  return i < r.blocks.size() ? r.blocks[i].key : 0;
 }
 
 // ---- figures ----------------------------------------------------------------------------------
@@ -590,14 +661,20 @@ kv_stats paged_policy::do_stats() const {
 }
 
 nlohmann::ordered_json paged_policy::do_describe() const {
-  return {{"backend", backend_name_},
-          {"memory_bytes", unlimited_ ? nlohmann::ordered_json("unlimited") : nlohmann::ordered_json(memory_bytes_)},
-          {"kv_bytes_per_token", token_bytes_},
-          {"block_tokens", block_tokens_},
-          {"block_bytes", block_bytes_},
-          {"prefix_caching", prefix_caching_},
-          {"pool", unlimited_ ? "grows on demand" : "preallocated"},
-          {"num_blocks", blocks_.size()}};
+  nlohmann::ordered_json j = {
+      {"backend", backend_name_},
+      {"memory_bytes", unlimited_ ? nlohmann::ordered_json("unlimited") : nlohmann::ordered_json(memory_bytes_)},
+      {"kv_bytes_per_token", token_bytes_},
+      {"block_tokens", block_tokens_},
+      {"block_bytes", block_bytes_},
+      {"prefix_caching", prefix_caching_},
+      {"pool", unlimited_ ? "grows on demand" : "preallocated"},
+      {"num_blocks", blocks_.size()}};
+  if (order_ != nullptr) {  // lru, vLLM's free queue, is what the describe() of a paged policy always meant
+    j["eviction"] = eviction_.name;
+    describe_eviction_settings(j, eviction_);
+  }
+  return j;
 }
 
 std::vector<std::uint32_t> paged_policy::free_queue() const {
@@ -682,7 +759,9 @@ std::uint64_t paged_policy::check_blocks(const std::vector<std::uint32_t>& refs)
       if (x.list != 0) fail(fmt::format("held block {} is in a free list", b));
     } else if (x.hash != 0) {
       ++cached;
-      if (x.list != k_in_queue || x.fill != block_tokens_) fail(fmt::format("cached block {} is misplaced", b));
+      if (x.list != (order_ != nullptr ? 0 : k_in_queue) || x.fill != block_tokens_) {
+        fail(fmt::format("cached block {} is misplaced", b));
+      }
     } else if (x.list != (unlimited_ ? k_in_spare : k_in_queue) || x.fill != 0) {
       fail(fmt::format("free block {} is misplaced", b));
     }
@@ -697,6 +776,10 @@ std::uint64_t paged_policy::check_blocks(const std::vector<std::uint32_t>& refs)
   }
   if (held != held_ || cached != cached_)
     fail(fmt::format("held {} cached {}, counted {} {}", held, cached, held_, cached_));
+  if (order_ != nullptr && order_->candidates() != cached) {
+    fail(fmt::format("the eviction order has {} candidates, {} blocks are cached and free", order_->candidates(),
+                     cached));
+  }
   if (used != used_tokens_) fail(fmt::format("used tokens {} != {}", used, used_tokens_));
   return hashed;
 }

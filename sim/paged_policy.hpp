@@ -43,6 +43,7 @@ struct paged_settings {
   static constexpr std::string_view policy_name = "paged";  ///< its registry name
   std::uint32_t block_tokens = 16;                          ///< tokens per KV block (vLLM's block_size)
   bool prefix_caching = true;                               ///< keep and share prefixes
+  eviction_config eviction;  ///< which cached block goes first (Note [Paged eviction orders]); lru: vLLM's queue
 };
 
 /// The paged policy's registration: its option table and its answers (sim/policy_registry.cpp).
@@ -159,8 +160,15 @@ class paged_policy final : public pool_policy {
   void unregister_block(std::uint32_t b);                                // out of it (an eviction)
   void append_blocks(request_state& s, std::uint64_t tokens);            // backs `tokens` more tokens
   void prefetch_queue_head(std::uint64_t n) const;                       // Note [Paged prefetches]
+  void drop_expired();                                                   // Note [Expiry at admission]
+  void uncache_free(std::uint32_t b);  // a free cached block loses its hash and becomes free
+  [[nodiscard]] std::uint64_t free_blocks() const { return queue_.size + (order_ ? order_->candidates() : 0); }
+  [[nodiscard]] static std::uint64_t trace_key_at(const kv_request& r, std::uint64_t token);
   [[nodiscard]] request_state& live(request_id id);
   [[nodiscard]] block_list& free_list_for(const block& b) { return b.hash != 0 || !unlimited_ ? queue_ : spare_; }
+  /// Where a block whose refcount dropped to 0 goes: a cached one becomes a candidate of the
+  /// order (zoo mode), anything else joins its free list.
+  void park_free(std::uint32_t b);
 
   std::string backend_name_;
   std::uint64_t memory_bytes_ = 0;
@@ -175,6 +183,8 @@ class paged_policy final : public pool_policy {
   block_list spare_;  // unlimited pools: free blocks without a hash (Note [Unlimited pool])
   hash_index index_;
   std::unordered_map<std::uint64_t, request_state> requests_;
+  eviction_config eviction_;               // settings' with the replay's clock and oracle
+  std::unique_ptr<eviction_order> order_;  // null for lru (vLLM's queue); else Note [Paged eviction orders]
 
   // Figures kept as the blocks move (stats() walks nothing).
   std::uint64_t held_ = 0;         // blocks with ref > 0

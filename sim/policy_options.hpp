@@ -31,6 +31,7 @@
 
 #include "backends/enum_names.hpp"
 #include "backends/registry.hpp"
+#include "core/eviction_order.hpp"
 #include "core/model_presets.hpp"
 #include "sim/kv_policy.hpp"
 
@@ -50,6 +51,11 @@ struct kv_policy_options {
   int device_index = 0;          ///< cuda backend: which GPU
   /// Around every backend a policy builds (backend_config::wrap): tests inject faults with it.
   std::function<std::unique_ptr<vmm_backend>(std::unique_ptr<vmm_backend>)> wrap_backend;
+  /// The replay's time, which the ttl and offline eviction orders read (nullptr: not replayed;
+  /// those orders then refuse to be built).
+  const eviction_clock* clock = nullptr;
+  /// The trace's foresight for the offline eviction order, built when first asked (empty: none).
+  std::function<const next_use_oracle*()> oracle;
 };
 
 /// The backend settings every policy builds its VMM backend with: capacity = the budget,
@@ -169,6 +175,52 @@ template <typename S>
   return truth_option<S>("async-lookahead",
                          "map lookahead pages on the background worker (true/false; only with --lookahead > 0)", member,
                          true);
+}
+
+/// `text` as a fraction strictly between 0 and 1 for `option`; throws option_error naming it.
+[[nodiscard]] double parse_fraction(std::string_view option, std::string_view text);
+/// `text` as a finite number of seconds, 0 or more, for `option`; throws option_error naming it.
+[[nodiscard]] double parse_seconds(std::string_view option, std::string_view text);
+/// `text` as an eviction order's name for --eviction; throws option_error listing the names.
+[[nodiscard]] std::string parse_eviction_name(std::string_view text);
+/// Checks `e` across its options (the ttl order needs --eviction-ttl); throws option_error.
+void check_eviction(const eviction_config& e);
+/// `e` completed for a policy built with `options`: the replay's clock and oracle, and the
+/// cost-aware order's attention weight from the model preset (Note [Recompute cost of a prefix]).
+[[nodiscard]] eviction_config eviction_for(const kv_policy_options& options, eviction_config e);
+
+/// Adds the settings `e`'s order reads to a policy's describe() (after its "eviction" name):
+/// eviction_ttl_s, eviction_pin_tokens, eviction_slru_protected, eviction_s3fifo_small or
+/// eviction_attention_weight; nothing for the orders without settings (lru, fifo, lfu, arc, offline).
+void describe_eviction_settings(nlohmann::ordered_json& j, const eviction_config& e);
+
+/// The eviction rows, read by every policy with a prefix cache (vtensor, paged, radix): the order
+/// (--eviction, core/eviction_order.hpp) and the settings its orders read.
+template <typename S>
+[[nodiscard]] std::vector<option_row<S>> eviction_options(eviction_config S::*member) {
+  auto set = [member](auto field, auto parse) {
+    return [member, field, parse](S& s, std::string_view text) { (s.*member).*field = parse(text); };
+  };
+  return {
+      {"eviction",
+       "prefix-cache eviction order: " +
+           [] {
+             std::string names;
+             for (const auto& n : eviction_order_names()) names += (names.empty() ? "" : ", ") + n;
+             return names;
+           }(),
+       "lru", set(&eviction_config::name, parse_eviction_name)},
+      {"eviction-ttl", "ttl eviction: seconds a cached prefix lives after its last use (above 0)", "0",
+       set(&eviction_config::ttl_s, [](std::string_view t) { return parse_seconds("--eviction-ttl", t); })},
+      {"eviction-pin-tokens", "priority eviction: prefixes starting in a prompt's first N tokens are evicted last", "0",
+       set(&eviction_config::pin_tokens, [](std::string_view t) { return parse_count("--eviction-pin-tokens", t); })},
+      {"eviction-slru-protected", "slru eviction: the protected segment's share of the cached tokens", "0.8",
+       set(&eviction_config::slru_protected,
+           [](std::string_view t) { return parse_fraction("--eviction-slru-protected", t); })},
+      {"eviction-s3fifo-small", "s3-fifo eviction: the small queue's share of the cached tokens", "0.1",
+       set(&eviction_config::s3fifo_small,
+           [](std::string_view t) { return parse_fraction("--eviction-s3fifo-small", t); })},
+  };
 }
 
 /// --prefix-caching, read by paged and radix: keep and share prefixes.

@@ -52,7 +52,9 @@ radix_policy::radix_policy(const kv_policy_options& options, std::unique_ptr<vmm
       settings_(settings),
       bytes_per_token_(checked_bytes_per_token(options, settings)),
       page_tokens_(settings.page_tokens),
-      page_bytes_(bytes_per_token_ * page_tokens_) {
+      page_bytes_(bytes_per_token_ * page_tokens_),
+      eviction_(eviction_for(options, settings.eviction)),
+      order_(make_eviction_order(eviction_)) {
   nodes_.emplace_back().live = true;  // the root: holds no token, never locked, never evicted
   sync_pool_pages();
   if (pool_->preallocated() && total_pages_ == 0) {
@@ -69,6 +71,8 @@ policy_definition<radix_settings> radix_definition() {
   d.options = {
       count_option<s, std::uint32_t>("page-tokens", "radix: tokens per page of the token pool", &s::page_tokens, 1, 1),
       prefix_caching_option(&s::prefix_caching)};
+  for (auto& row : eviction_options(&s::eviction)) d.options.push_back(std::move(row));
+  d.check = [](const s& v) { check_eviction(v.eviction); };
   d.make = construct_with<radix_policy, s>();
   d.access = [](const kv_policy_options&, const s& v) { return kv_access{true, v.page_tokens}; };
   d.sharing = [](const kv_policy_options&, const s& v) { return shared_at_admission(v.prefix_caching, v.page_tokens); };
@@ -116,24 +120,37 @@ bool radix_policy::make_room(std::uint64_t need) {
 
 void radix_policy::evict(std::uint64_t pages) {
   std::uint64_t evicted = 0;
-  while (evicted < pages && !evictable_.empty()) {
-    const std::uint32_t id = evictable_.begin()->second;
-    evictable_.erase(evictable_.begin());
-    node& n = nodes_[id];
-    const std::uint64_t p = pages_of(n);
-    evicted += p;
-    free_pages_ += p;
-    unlocked_pages_ -= p;
-    ++evictions_;
-    children_.erase(n.key);
-    const std::uint32_t parent = n.parent;
-    n.live = false;
-    n.blocks.clear();
-    free_nodes_.push_back(id);
-    --live_nodes_;
-    --nodes_[parent].children;
-    if (parent != k_root) update_evictable(parent);
+  while (evicted < pages) {
+    const std::optional<cache_slot> victim = order_->pop_victim();
+    if (!victim) break;
+    evicted += remove_leaf(*victim);
   }
+}
+
+// Note [Expiry at admission] in core/scheduler.cpp: the same here.
+void radix_policy::drop_expired() {
+  while (const std::optional<cache_slot> victim = order_->pop_expired()) (void)remove_leaf(*victim);
+}
+
+std::uint64_t radix_policy::remove_leaf(std::uint32_t id) {
+  if (id >= nodes_.size() || !nodes_[id].candidate) {
+    throw std::logic_error(fmt::format("radix policy: the eviction order picked node {}, not a candidate", id));
+  }
+  node& n = nodes_[id];
+  n.candidate = false;
+  const std::uint64_t p = pages_of(n);
+  free_pages_ += p;
+  unlocked_pages_ -= p;
+  ++evictions_;
+  children_.erase(n.key);
+  const std::uint32_t parent = n.parent;
+  n.live = false;
+  n.blocks.clear();
+  free_nodes_.push_back(id);
+  --live_nodes_;
+  --nodes_[parent].children;
+  if (parent != k_root) update_evictable(parent);
+  return p;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -199,27 +216,26 @@ std::uint64_t radix_policy::match_edge(const node& n, const key_view& v, std::ui
 
 // Note [LRU clock]
 // SGLang stamps last_access_time with time.monotonic() on every node a match or an insert walks
-// (_match_prefix_helper, _insert_helper) and on nodes it creates; the eviction heap orders
-// leaves by it. Wall time must not steer a simulation, and within one simulated step many calls
-// happen at the same instant, so the stamp here is a logical clock ticked on every touch: it
-// orders nodes exactly as SGLang's monotonic time would (touches happen in the same order), with
-// no ties.
+// (_match_prefix_helper, _insert_helper) and on nodes it creates (a split's new node too); the
+// eviction heap orders leaves by it. Wall time must not steer a simulation, and within one
+// simulated step many calls happen at the same instant, so the order (core/eviction_order.hpp)
+// is told of every creation (insert) and every walk (touch), in SGLang's order: its LRU orders
+// nodes exactly as SGLang's monotonic time would, with no ties. Other orders see the same events.
 void radix_policy::touch(std::uint32_t id) {
-  if (id == k_root) return;
-  node& n = nodes_[id];
-  const bool listed = is_evictable(n);
-  if (listed) evictable_.erase({n.last_access, id});
-  n.last_access = ++clock_;
-  if (listed) evictable_.insert({n.last_access, id});
+  if (id != k_root) order_->touch(id);
+}
+
+void radix_policy::enter(std::uint32_t id) {
+  const node& n = nodes_[id];
+  order_->insert(id, {n.tokens(), n.begin, n.blocks.empty() ? 0 : n.blocks.front().key});
 }
 
 void radix_policy::update_evictable(std::uint32_t id) {
-  const node& n = nodes_[id];
-  if (is_evictable(n)) {
-    evictable_.insert({n.last_access, id});
-  } else {
-    evictable_.erase({n.last_access, id});
-  }
+  node& n = nodes_[id];
+  const bool should = is_evictable(n);
+  if (should == n.candidate) return;
+  n.candidate = should;
+  order_->set_candidate(id, should);
 }
 
 void radix_policy::inc_lock(std::uint32_t id) {
@@ -228,9 +244,9 @@ void radix_policy::inc_lock(std::uint32_t id) {
     if (n.lock_ref == 0) {
       unlocked_pages_ -= pages_of(n);
       locked_pages_ += pages_of(n);
-      if (n.children == 0) evictable_.erase({n.last_access, id});
     }
     ++n.lock_ref;
+    update_evictable(id);
     id = n.parent;
   }
 }
@@ -278,7 +294,6 @@ std::uint32_t radix_policy::split(std::uint32_t id, std::uint64_t at) {
   n.end = at;
   n.lock_ref = c.lock_ref;
   n.children = 1;
-  n.last_access = ++clock_;
   n.key = c.key;
   n.blocks.clear();
   for (const edge_block& b : c.blocks) {
@@ -293,6 +308,8 @@ std::uint32_t radix_policy::split(std::uint32_t id, std::uint64_t at) {
   c.parent = nid;
   c.key = key_of_edge(nid, c);
   children_.emplace(c.key, id);
+  enter(nid);  // stamped now, as SGLang's new TreeNode; never a candidate while `c` hangs below
+  order_->resize(id, {c.tokens(), c.begin, c.blocks.front().key});
   return nid;
 }
 
@@ -331,7 +348,6 @@ std::pair<std::uint32_t, std::uint64_t> radix_policy::insert(std::uint32_t from,
       l.parent = cur;
       l.begin = pos;
       l.end = limit;
-      l.last_access = ++clock_;
       l.blocks.clear();
       auto j =
           static_cast<std::size_t>(std::upper_bound(v.starts.begin(), v.starts.end() - 1, pos) - v.starts.begin()) - 1;
@@ -341,6 +357,7 @@ std::pair<std::uint32_t, std::uint64_t> radix_policy::insert(std::uint32_t from,
       }
       l.key = key_at(cur, v, pos);
       children_.emplace(l.key, leaf);
+      enter(leaf);
       unlocked_pages_ += pages_of(l);
       ++nodes_[cur].children;
       if (cur != k_root) update_evictable(cur);
@@ -383,6 +400,7 @@ kv_admit_result radix_policy::do_admit(const kv_request& r) {
     throw std::invalid_argument(fmt::format("radix policy: request {} is already admitted", r.id.value));
   }
   const bool caching = settings_.prefix_caching;
+  if (caching) drop_expired();
   const key_view v = caching ? view_of(r.blocks) : key_view{};
   const std::uint64_t keyed = caching ? std::min(v.keyed(), r.prompt_tokens) : 0;
   std::uint32_t matched = k_root;
@@ -482,8 +500,9 @@ nlohmann::ordered_json radix_policy::do_describe() const {
       {"kv_bytes_per_token", bytes_per_token_},
       {"page_bytes", page_bytes_},
       {"pool_pages", unlimited ? nlohmann::ordered_json("grows on demand") : nlohmann::ordered_json(total_pages_)},
-      {"eviction", "lru leaves"}};
+      {"eviction", settings_.eviction.name + " leaves"}};
   for (const auto& [key, value] : own.items()) j[key] = value;
+  describe_eviction_settings(j, eviction_);
   return j;
 }
 
@@ -537,11 +556,10 @@ void radix_policy::do_check_invariants() const {
     if (!n.live) continue;
     if (n.children != children[id])
       fail(fmt::format("node {}: {} children counted, {} found", id, n.children, children[id]));
-    const bool in_set = evictable_.contains({n.last_access, id});
-    if (id != k_root && in_set != is_evictable(n)) fail(fmt::format("node {}: evictable set disagrees", id));
-    listed += in_set ? 1 : 0;
+    if (id != k_root && n.candidate != is_evictable(n)) fail(fmt::format("node {}: eviction candidacy disagrees", id));
+    listed += n.candidate ? 1 : 0;
   }
-  if (listed != evictable_.size()) fail("the evictable set holds dead or re-stamped nodes");
+  if (listed != order_->candidates()) fail("the eviction order's candidates disagree with the tree");
   if (live != live_nodes_ || children_.size() != live_nodes_) fail("node counts disagree");
   if (locked != locked_pages_ || unlocked != unlocked_pages_) {
     fail(fmt::format("tree pages: locked {} (counter {}), cached {} (counter {})", locked, locked_pages_, unlocked,

@@ -49,6 +49,7 @@ struct radix_settings {
   static constexpr std::string_view policy_name = "radix";  ///< its registry name
   std::uint32_t page_tokens = 1;                            ///< tokens per page of the token pool (SGLang's page_size)
   bool prefix_caching = true;                               ///< keep and share prefixes
+  eviction_config eviction;                                 ///< the tree's eviction order (without clock and oracle)
 };
 
 /// The radix policy's registration: its option table and its answers (sim/policy_registry.cpp).
@@ -111,7 +112,7 @@ class radix_policy final : public pool_policy {
     std::uint32_t lock_ref = 0;
     bool live = false;
     std::uint64_t begin = 0, end = 0;  // positions of its tokens, from the root
-    std::uint64_t last_access = 0;     // logical clock (Note [LRU clock] in the .cpp)
+    bool candidate = false;            // an eviction candidate (unlocked live leaf) in order_
     child_key key;                     // its entry in children_
     std::vector<edge_block> blocks;    // the key chain over [begin, end), in order
     [[nodiscard]] std::uint64_t tokens() const { return end - begin; }
@@ -161,10 +162,13 @@ class radix_policy final : public pool_policy {
   std::uint32_t split(std::uint32_t id, std::uint64_t at);
   std::uint32_t new_node();
   void touch(std::uint32_t id);
+  void enter(std::uint32_t id);  // tells order_ of a new live node
   void inc_lock(std::uint32_t id);
   void dec_lock(std::uint32_t id);
   void update_evictable(std::uint32_t id);
-  void evict(std::uint64_t pages);  // Note [Making room]
+  void evict(std::uint64_t pages);              // Note [Making room]
+  void drop_expired();                          // Note [Expiry at admission] in core/scheduler.cpp
+  std::uint64_t remove_leaf(std::uint32_t id);  // an evicted leaf out of the tree; its pages
   [[nodiscard]] bool is_evictable(const node& n) const { return n.live && n.children == 0 && n.lock_ref == 0; }
   [[nodiscard]] std::uint64_t pages_of(const node& n) const { return n.tokens() / page_tokens_; }
 
@@ -183,8 +187,8 @@ class radix_policy final : public pool_policy {
   std::vector<std::uint32_t> free_nodes_;
   std::uint64_t live_nodes_ = 0;
   std::unordered_map<child_key, std::uint32_t, child_key_hash> children_;
-  std::set<std::pair<std::uint64_t, std::uint32_t>> evictable_;  // (last access, node) of unlocked leaves
-  std::uint64_t clock_ = 0;
+  eviction_config eviction_;               // settings_.eviction with the replay's clock and oracle
+  std::unique_ptr<eviction_order> order_;  // eviction order over unlocked leaves (slot = node id)
 
   std::unordered_map<std::uint64_t, live_request> requests_;
 };

@@ -162,6 +162,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
     if (pipelined_ && r.arrival > last_step_start_) break;  // Note [Pipelined admission in the replica]
     const std::uint64_t target = std::uint64_t{r.prompt} + r.generated;
     const std::uint64_t max_tokens = std::max(target, std::uint64_t{r.prompt} + r.output);
+    if (config_.order_clock != nullptr) config_.order_clock->next_request = r.id;
     const kv_admit_result a = policy_.admit({request_id{r.id}, r.blocks, target, max_tokens});
     if (!a.admitted) {
       if (running_.empty()) {
@@ -194,6 +195,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
 // The start of every step, and of each step of a stretch (which continues one).
 void replica::open_step(time_us at, bool continuing) {
   if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();
+  if (config_.order_clock != nullptr) config_.order_clock->seconds = static_cast<double>(at) / 1e6;
   policy_.advance_to(sim_us{at});
   pipelined_ = config_.pipeline && continuing;
 }

@@ -77,6 +77,7 @@
 #include <vector>
 
 #include "backends/enum_names.hpp"
+#include "core/eviction_order.hpp"
 #include "sim/compute_calibration.hpp"
 #include "sim/event_queue.hpp"
 #include "sim/kv_policy.hpp"
@@ -120,6 +121,10 @@ struct replica_config {
   /// Off where nothing reports it (`--no-wall`, compare): two clock reads a step were about 5% of
   /// a replay of many small steps (results/README.md, "Replay speed (issue 13)"). Never decides.
   bool measure_wall = true;
+  /// The clock the policy's eviction order reads (sim/eviction_feed.hpp), advanced here: seconds
+  /// at the start of each step (before the policy's advance_to), the trace index of a request
+  /// just before its admission. Null: none.
+  eviction_clock* order_clock = nullptr;
 };
 
 /// One step, as the observers see it.

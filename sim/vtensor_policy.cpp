@@ -9,8 +9,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/eviction_policy.hpp"
-
 namespace vtensor::sim {
 namespace {
 
@@ -23,7 +21,7 @@ double us(sim_ns t) { return static_cast<double>(t.count()) / 1e3; }
 // The option table (Note [One home for a policy's options] in sim/policy_options.hpp).
 std::vector<option_row<vtensor_settings>> vtensor_table() {
   using s = vtensor_settings;
-  return {
+  std::vector<option_row<s>> table = {
       choice_option("layout", "vtensor layout: " + k_kv_layout_names.list(), &s::layout, kv_layout::kv_fused,
                     k_kv_layout_names),
       lookahead_option(&s::lookahead_pages),
@@ -38,16 +36,11 @@ std::vector<option_row<vtensor_settings>> vtensor_table() {
                       "pipelined admission: a step's admissions are decided while the previous step runs, the "
                       "policy maps them and unmaps releases on the worker (true/false)",
                       &s::pipeline, true),
-      {"eviction", fmt::format("prefix-cache eviction: {}", fmt::join(eviction_policy_names(), ", ")), "lru",
-       [](s& v, std::string_view text) {
-         const auto names = eviction_policy_names();
-         if (std::find(names.begin(), names.end(), text) == names.end())
-           throw unknown_value("--eviction", text, fmt::format("{}", fmt::join(names, ", ")));
-         v.eviction = text;
-       }},
-      choice_option("partial", "partial prefix page: " + k_partial_page_policy_names.list(" or "), &s::partial,
-                    partial_page_policy::cow, k_partial_page_policy_names),
   };
+  for (auto& row : eviction_options(&s::eviction)) table.push_back(std::move(row));
+  table.push_back(choice_option("partial", "partial prefix page: " + k_partial_page_policy_names.list(" or "),
+                                &s::partial, partial_page_policy::cow, k_partial_page_policy_names));
+  return table;
 }
 
 }  // namespace
@@ -72,7 +65,7 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o, const vtensor
   // per job. A real device keeps the thread.
   c.inline_worker =
       s.worker == worker_mode::inline_jobs || (s.worker == worker_mode::automatic && backend_is_simulated(o.backend));
-  v.manager.eviction = s.eviction;
+  v.manager.eviction = eviction_for(o, s.eviction);
   return v;
 }
 
@@ -88,6 +81,7 @@ policy_definition<vtensor_settings> vtensor_definition() {
     if (s.lookahead_batch == 0 || s.lookahead_batch > std::max<std::uint32_t>(1, s.lookahead_pages)) {
       throw option_error(fmt::format("--lookahead-batch must be between 1 and --lookahead ({})", s.lookahead_pages));
     }
+    check_eviction(s.eviction);
   };
   d.make = [](const kv_policy_options& o, const vtensor_settings& s) {
     return std::make_unique<vtensor_policy>(vtensor_options(o, s));
@@ -473,9 +467,10 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
                                       {"pipeline", m.scheduler.pipeline},
                                       {"create_ahead_chunks", m.scheduler.create_ahead_chunks},
                                       {"partial", std::string(to_string(m.scheduler.partial))},
-                                      {"eviction", m.eviction},
-                                      {"record_on_preempt", m.scheduler.record_on_preempt}};
+                                      {"eviction", m.eviction.name}};
   for (const auto& [key, value] : own.items()) j[key] = value;
+  describe_eviction_settings(j, m.eviction);
+  j["record_on_preempt"] = m.scheduler.record_on_preempt;
   return j;
 }
 

@@ -124,7 +124,7 @@ struct vtensor_settings {
   bool async_lookahead = true;            ///< lookahead mapped by the worker (when lookahead_pages > 0)
   std::uint32_t create_ahead_chunks = 0;  ///< the worker keeps this many chunks created (0: off)
   bool pipeline = false;                  ///< pipelined admission (Note [Pipelined admission] in core/scheduler.cpp)
-  std::string eviction = "lru";           ///< prefix-cache eviction policy
+  eviction_config eviction;               ///< prefix-cache eviction order (without clock and oracle)
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page
   worker_mode worker = worker_mode::automatic;             ///< where the worker runs its jobs
 };

@@ -8,6 +8,7 @@
 #include "tools/replay_result.hpp"
 
 #include "backends/registry.hpp"
+#include "sim/eviction_feed.hpp"
 #include "sim/kernel_factors.hpp"
 #include "sim/outputs.hpp"
 #include "sim/policy_registry.hpp"
@@ -75,9 +76,19 @@ sim::kv_policy_options over(const replay_options& o, const std::string& backend)
   return p;
 }
 
+// The trace's next uses for the offline eviction order: the trace read once more, as far as the
+// replay reads it.
+sim::shared_foresight trace_foresight(const replay_options& o) {
+  return sim::shared_foresight([&o](traces::next_use_index& index) {
+    const auto reader = traces::open_trace(o.trace_path, o.format);
+    traces::trace_request r;
+    while ((o.config.max_requests == 0 || index.requests() < o.config.max_requests) && reader->next(r)) index.add(r);
+  });
+}
+
 // One replay of `policy` over `backend`; `last` gets the output files' observers.
-replay_run run_one(const replay_options& o, const std::string& backend, sim::kv_policy& policy, bool last,
-                   replay_outputs& outputs, const cli_streams& io) {
+replay_run run_one(const replay_options& o, const std::string& backend, sim::kv_policy& policy,
+                   sim::eviction_feed& feed, bool last, replay_outputs& outputs, const cli_streams& io) {
   const sim::kv_policy_options p = over(o, backend);
   const auto reader = traces::open_trace(o.trace_path, o.format);
   sim::step_log log(policy, o.comparing);
@@ -90,6 +101,7 @@ replay_run run_one(const replay_options& o, const std::string& backend, sim::kv_
     observers.push_back(&*emulator);
   }
   sim::replay_config config = o.config;
+  feed.attach(config);
   const bool tty = progress_on_terminal(io, config);
   const sim::replay_summary summary = sim::run_replay(*reader, policy, config, observers);
   if (tty) io.err << "\r" << std::string(90, ' ') << "\r" << std::flush;
@@ -188,12 +200,19 @@ int run_replays(const replay_options& o, const cli_streams& given) {
   const cli_streams io{data_on_stdout ? given.err : given.out, given.err};
   // Every policy is built before any output opens: what fails on bad input (a missing GPU, an
   // option the policy's constructor rejects) fails first.
+  sim::shared_foresight foresight = trace_foresight(o);
+  std::vector<std::unique_ptr<sim::eviction_feed>> feeds;
   std::vector<std::unique_ptr<sim::kv_policy>> policies;
-  for (const std::string& backend : o.backends) policies.push_back(sim::make_kv_policy(o.choice, over(o, backend)));
+  for (const std::string& backend : o.backends) {
+    feeds.push_back(std::make_unique<sim::eviction_feed>(&foresight));
+    sim::kv_policy_options p = over(o, backend);
+    feeds.back()->attach(p);
+    policies.push_back(sim::make_kv_policy(o.choice, p));
+  }
   replay_outputs outputs = open_outputs(o, given.out);
   std::vector<replay_run> runs;
   for (std::size_t i = 0; i < o.backends.size(); ++i) {
-    runs.push_back(run_one(o, o.backends[i], *policies[i], i + 1 == o.backends.size(), outputs, io));
+    runs.push_back(run_one(o, o.backends[i], *policies[i], *feeds[i], i + 1 == o.backends.size(), outputs, io));
     if (o.comparing) io.out << fmt::format("== run {}: backend {}\n", i + 1, o.backends[i]);
     print_replay_summary(io.out, runs.back().result);
   }

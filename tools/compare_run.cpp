@@ -2,6 +2,7 @@
 
 #include "tools/compare_run.hpp"
 
+#include "sim/eviction_feed.hpp"
 #include "sim/outputs.hpp"
 #include "sim/policy_registry.hpp"
 #include "sim/replay.hpp"
@@ -63,7 +64,13 @@ void run_point(const run_context& ctx, point& p) {
   const cell& c = ctx.cells[p.cell];
   const traces::loaded_trace& trace = ctx.traces.loaded[c.trace];
   const replay_options& o = p.options;
-  const auto policy = sim::make_kv_policy(o.choice, o.policy);
+  sim::shared_foresight foresight([&trace](traces::next_use_index& index) {
+    for (const auto& r : trace.requests) index.add(r);
+  });
+  sim::eviction_feed feed(&foresight);
+  sim::kv_policy_options options = o.policy;
+  feed.attach(options);
+  const auto policy = sim::make_kv_policy(o.choice, options);
   traces::memory_trace_reader reader(trace);
   sim::step_log log(*policy, false);
   point_recorder recorder(trace.requests.size());
@@ -73,7 +80,9 @@ void run_point(const run_context& ctx, point& p) {
     timeseries = std::make_unique<sim::timeseries_writer>((*ctx.timeseries_dir / (p.id + ".csv")).string());
     observers.push_back(timeseries.get());
   }
-  const sim::replay_summary summary = sim::run_replay(reader, *policy, o.config, observers);
+  sim::replay_config config = o.config;
+  feed.attach(config);
+  const sim::replay_summary summary = sim::run_replay(reader, *policy, config, observers);
   // The modelled figures only (the measured VMM block is wall time); wall_seconds apart.
   p.result = make_replay_result(o, o.policy, *policy, summary, trace.format, log, std::nullopt, false);
   p.analysis = analyse_point(trace, ctx.traces.indexes[c.trace], recorder.requests(),

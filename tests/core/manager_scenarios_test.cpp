@@ -252,7 +252,7 @@ TEST_CASE("manager: bad arguments are rejected and change nothing") {
   CHECK(m.stats().live_requests == 1);
   m.check_invariants();
   manager_config bad = llama_config(kv_layout::kv_fused);
-  bad.eviction = "mru";
+  bad.eviction.name = "mru";
   CHECK_THROWS_AS(manager(sim, bad), std::invalid_argument);
 }
 

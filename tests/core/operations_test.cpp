@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backends/sim_backend.hpp"
-#include "core/eviction_policy.hpp"
+#include "core/eviction_order.hpp"
 #include "core/operations.hpp"
 
 using namespace vtensor;
@@ -19,7 +19,7 @@ const kv_geometry k_geometry(*model_preset("llama-3-8b"), kv_layout::token_major
 constexpr std::uint64_t k_range_bytes = 4 * k_chunk_bytes;
 
 operations make_ops(vmm_backend& b, std::size_t range_cache = 2) {
-  return operations(b, k_geometry, k_range_bytes, make_eviction_policy("lru"), range_cache);
+  return operations(b, k_geometry, k_range_bytes, make_eviction_order({}), range_cache);
 }
 
 std::uint64_t calls(const operations& ops, vmm_call c) { return ops.gate().vmm_stats().calls_of(c); }

@@ -21,7 +21,7 @@ page_version page(std::uint32_t index, std::uint64_t valid, std::uint64_t last_t
 }  // namespace
 
 TEST_CASE("rtree: insert, longest-prefix match and node split") {
-  radix_tree t(make_eviction_policy("lru"));
+  radix_tree t(make_eviction_order({}));
   auto p1 = t.insert(blocks({1, 2, 3, 4}));
   CHECK(p1.blocks == 4);
   CHECK(p1.tokens == 2048);
@@ -56,7 +56,7 @@ TEST_CASE("rtree: insert, longest-prefix match and node split") {
 }
 
 TEST_CASE("rtree: match at block and at chunk granularity") {
-  radix_tree t(make_eviction_policy("lru"));
+  radix_tree t(make_eviction_order({}));
   // Last block partial (100 tokens): the match counts the shorter of the two lengths and stops.
   std::vector<token_block> key = blocks({1, 2, 3});
   key.back().tokens = 100;
@@ -90,7 +90,7 @@ TEST_CASE("rtree: match at block and at chunk granularity") {
 }
 
 TEST_CASE("rtree: pins protect paths - eviction takes unpinned leaves in LRU order") {
-  radix_tree t(make_eviction_policy("lru"));
+  radix_tree t(make_eviction_order({}));
   auto a = t.insert(blocks({1, 2}));
   auto b = t.insert(blocks({1, 3}));
   auto c = t.insert(blocks({4}));
@@ -126,7 +126,9 @@ TEST_CASE("rtree: pins protect paths - eviction takes unpinned leaves in LRU ord
 TEST_CASE("rtree: eviction policies order leaves differently") {
   for (const char* name : {"lru", "fifo", "lfu"}) {
     CAPTURE(name);
-    radix_tree t(make_eviction_policy(name));
+    eviction_config config;
+    config.name = name;
+    radix_tree t(make_eviction_order(config));
     (void)t.insert(blocks({1}));
     (void)t.insert(blocks({2}));
     // Leaf 1 is used three times, after leaf 2 was created.
@@ -138,5 +140,7 @@ TEST_CASE("rtree: eviction policies order leaves differently") {
     // lru: 1 was used before 2's last use -> 1 goes. fifo: 1 is older -> 1 goes. lfu: 2 has fewer hits -> 2 goes.
     CHECK(one_left == (std::string(name) == "lfu"));
   }
-  CHECK_THROWS_AS(make_eviction_policy("random"), std::invalid_argument);
+  eviction_config random;
+  random.name = "random";
+  CHECK_THROWS_AS((void)make_eviction_order(random), std::invalid_argument);
 }

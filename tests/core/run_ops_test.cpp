@@ -12,7 +12,7 @@
 #include "backends/fault_injection_backend.hpp"
 #include "backends/sim_backend.hpp"
 #include "core/async_mapper.hpp"
-#include "core/eviction_policy.hpp"
+#include "core/eviction_order.hpp"
 #include "core/model_presets.hpp"
 #include "core/mutex.hpp"
 #include "core/operations.hpp"
@@ -353,7 +353,7 @@ TEST_CASE("async_mapper inline: a release's unmaps skip the spans whose map fail
 TEST_CASE("operations: a run that cannot be allocated leaves the pool as taking and giving back every chunk would") {
   sim_backend sim(4 * k_chunk_bytes, latency_model::h200());
   const kv_geometry geometry(*model_preset("llama-3-8b"), kv_layout::kv_fused);
-  operations ops(sim, geometry, 64 * k_chunk_bytes, make_eviction_policy("lru"), 0);
+  operations ops(sim, geometry, 64 * k_chunk_bytes, make_eviction_order({}), 0);
   std::vector<chunk_id> chunks;
   REQUIRE(ops.pool().alloc_run(4, nullptr, chunks));  // the device is full
   for (chunk_id c : chunks) ops.pool().unuse(c);
@@ -382,7 +382,7 @@ struct evicting_pool {
   const kv_geometry geometry{*model_preset("llama-3-8b"), kv_layout::kv_fused};
   const std::uint32_t tensors = geometry.tensors();
   sim_backend sim{(3 * std::uint64_t{geometry.tensors()} + 5) * k_chunk_bytes, latency_model::zero()};
-  operations ops{sim, geometry, 64 * k_chunk_bytes, make_eviction_policy("lru"), 0};
+  operations ops{sim, geometry, 64 * k_chunk_bytes, make_eviction_order({}), 0};
   evicting_pool() {
     std::vector<chunk_id> all;
     REQUIRE(ops.pool().alloc_run(3 * std::size_t{tensors} + 5, nullptr, all));

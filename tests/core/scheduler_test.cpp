@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "backends/sim_backend.hpp"
-#include "core/eviction_policy.hpp"
+#include "core/eviction_order.hpp"
 #include "core/scheduler.hpp"
 #include "tests/core/manager_test_support.hpp"
 
@@ -26,7 +26,7 @@ scheduler_config token_major_config(std::uint32_t lookahead, bool async) {
 kv_geometry geometry(kv_layout layout) { return kv_geometry(*model_preset("llama-3-8b"), layout); }
 
 scheduler make_scheduler(vmm_backend& b, kv_layout layout, scheduler_config c) {
-  return scheduler(b, geometry(layout), c, make_eviction_policy("lru"));
+  return scheduler(b, geometry(layout), c, make_eviction_order({}));
 }
 
 }  // namespace

@@ -424,4 +424,41 @@ TEST_SUITE("paged_policy") {
     // arriving while 1 runs, and request 3 hit all of them (3's block 93 lies past 1's keys).
     CHECK(s.counters.hit_tokens == 1488 + 1488);
   }
+
+  // Note [Paged eviction orders]: request A is cached, then B, then A is hit again (C); a fresh
+  // request D then needs four blocks of a pool of eight. Worked by hand:
+  // - lru (vLLM's queue, release order): the queue is B's blocks, then C's (A's): D takes B's
+  //   four (three cached), and A's prefix is still there for E (48 tokens);
+  // - fifo: the uncached free blocks (B's and C's last ones) go first, then the two blocks
+  //   registered first, A's 0 and 1: E hits nothing;
+  // - lfu: A's blocks were hit once, B's never: B's go, E hits 48.
+  TEST_CASE("paged: eviction orders other than lru take uncached free blocks, then the order's choice") {
+    const std::vector<token_block> a{{1, 16}, {2, 16}, {3, 16}, {4, 1}};
+    const std::vector<token_block> b{{11, 16}, {12, 16}, {13, 16}, {14, 1}};
+    const std::vector<token_block> d{{21, 16}, {22, 16}, {23, 16}, {24, 1}};
+    const std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> expect{
+        {"lru", {3, 48}}, {"fifo", {2, 0}}, {"lfu", {2, 48}}};  // evictions by D, E's hit
+    for (const auto& [order, want] : expect) {
+      CAPTURE(order);
+      paged_settings settings;
+      settings.eviction.name = order;
+      paged_policy p(paged_options(8 * k_chunk_bytes), settings);
+      REQUIRE(admit(p, 1, a, 49).admitted);
+      finish(p, 1);
+      REQUIRE(admit(p, 2, b, 49).admitted);
+      finish(p, 2);
+      const kv_admit_result c = admit(p, 3, a, 49);
+      REQUIRE(c.admitted);
+      CHECK(c.hit_tokens == 48);
+      finish(p, 3);
+      check(p);
+      REQUIRE(admit(p, 4, d, 49).admitted);
+      CHECK(p.stats().evictions == want.first);
+      finish(p, 4);
+      const kv_admit_result e = admit(p, 5, a, 49);
+      REQUIRE(e.admitted);
+      CHECK(e.hit_tokens == want.second);
+      check(p);
+    }
+  }
 }

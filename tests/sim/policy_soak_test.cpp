@@ -35,11 +35,26 @@ struct soak_figures {
   std::uint64_t admitted = 0, refused = 0, grown = 0, grow_refused = 0, faults = 0, released = 0;
 };
 
-soak_figures soak(const std::string& name, std::uint64_t memory, std::uint64_t seed) {
+/// Foresight that knows nothing of the soak's future (its requests are drawn as it goes): a fixed
+/// pseudo-random next use per key, enough for the offline order to make choices the soak checks.
+class hashed_oracle final : public next_use_oracle {
+ public:
+  std::uint64_t next_use(std::uint64_t key, std::uint64_t from) const override {
+    return key == 0 ? never : from + (key * 0x9E3779B97F4A7C15ull >> 54);
+  }
+};
+
+soak_figures soak(const policy_choice& choice, std::uint64_t memory, std::uint64_t seed,
+                  std::uint64_t ops = soak_ops()) {
+  const std::string name = choice.name();
   const auto left = std::make_shared<vmm_live>(vmm_live{99, 99, 99});
   fault_injection_backend* faults = nullptr;
   kv_policy_options o = sim_testing::llama_policy(memory, /*zero_latency=*/false);
   o.max_context_tokens = 8192;
+  eviction_clock clock;
+  const hashed_oracle oracle;
+  o.clock = &clock;
+  o.oracle = [&oracle] { return &oracle; };
   o.wrap_backend = [&](std::unique_ptr<vmm_backend> inner) -> std::unique_ptr<vmm_backend> {
     auto f = std::make_unique<fault_injection_backend>(std::move(inner), seed);
     faults = f.get();
@@ -47,7 +62,7 @@ soak_figures soak(const std::string& name, std::uint64_t memory, std::uint64_t s
   };
   soak_figures fig;
   {
-    auto p = make_kv_policy(name, o);
+    auto p = make_kv_policy(choice, o);
     REQUIRE(faults != nullptr);
     // Faults from here on: a policy that cannot start is a different test.
     faults->fail_with_probability(vmm_call::create, 0.002);
@@ -57,10 +72,11 @@ soak_figures soak(const std::string& name, std::uint64_t memory, std::uint64_t s
     std::map<std::uint64_t, std::uint64_t> live;  // id -> tokens it may still grow
     std::uint64_t next = 1;
     std::uint64_t now_us = 0;
-    const std::uint64_t ops = soak_ops();
     const bool unlimited = memory == std::numeric_limits<std::uint64_t>::max();
     for (std::uint64_t op = 0; op < ops; ++op) {
       now_us += 1 + rng() % 2000;
+      clock.seconds = static_cast<double>(now_us) / 1e6;
+      clock.next_request = next;
       p->advance_to(sim_us{now_us});
       auto kind = rng() % 8;
       // A replica holds a bounded batch: at the cap an admission becomes a finish. Without it,
@@ -138,7 +154,7 @@ soak_figures soak(const std::string& name, std::uint64_t memory, std::uint64_t s
 void soak_policy(const std::string& name) {
   for (const std::uint64_t memory : {std::uint64_t{3} * k_gib, std::numeric_limits<std::uint64_t>::max()}) {
     INFO("policy " << name << ", memory " << memory);
-    const soak_figures f = soak(name, memory, 1234);
+    const soak_figures f = soak(choose_policy(name, {}), memory, 1234);
     MESSAGE(name << " memory " << memory << ": " << f.admitted << " admitted, " << f.refused << " refused, " << f.grown
                  << " grown, " << f.grow_refused << " growths refused, " << f.released << " released, " << f.faults
                  << " operations hit an injected fault");
@@ -148,9 +164,28 @@ void soak_policy(const std::string& name) {
   }
 }
 
+// Every eviction order on a policy with a prefix cache, under a budget (so that it evicts), for
+// an eighth of the soak's operations each: the invariants (the order's candidates are exactly the
+// cache's evictable items) after every operation, and nothing left held at the end.
+void soak_orders(const std::string& name) {
+  for (const std::string& order : eviction_order_names()) {
+    option_texts texts{{"eviction", order}};
+    if (order == "ttl") texts["eviction-ttl"] = "0.5";
+    if (order == "priority") texts["eviction-pin-tokens"] = "1024";
+    INFO("policy " << name << ", eviction " << order);
+    const soak_figures f =
+        soak(choose_policy(name, texts), 3 * k_gib, 99, std::max<std::uint64_t>(soak_ops() / 8, 200));
+    CHECK(f.admitted > 0);
+    CHECK(f.refused + f.grow_refused > 0);
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("policy_soak") {
+  TEST_CASE("soak under faults: every eviction order on vtensor") { soak_orders("vtensor"); }
+  TEST_CASE("soak under faults: every eviction order on paged") { soak_orders("paged"); }
+  TEST_CASE("soak under faults: every eviction order on radix") { soak_orders("radix"); }
   TEST_CASE("soak under faults: vtensor") { soak_policy("vtensor"); }
   TEST_CASE("soak under faults: paged") { soak_policy("paged"); }
   TEST_CASE("soak under faults: radix") { soak_policy("radix"); }

@@ -44,8 +44,8 @@ void check_chrome_identical(const std::string& policy) {
   const fs::path golden = fs::path(VTENSOR_SOURCE_DIR) / "tests/data/golden" / ("chrome-" + policy + ".json");
   const fs::path out = vtensor::sim_testing::temp_file("identity-chrome-" + policy + ".json");
   const auto r = vtensor::testing::run_cli({"replay", "--trace", "traces/data/mooncake_conversation_excerpt.jsonl",
-                                            "--max-requests", "20", "--memory", "1GiB", "--policy", policy,
-                                            "--no-wall", "--json", "-", "--chrome-trace", out.string()});
+                                            "--max-requests", "20", "--memory", "1GiB", "--policy", policy, "--no-wall",
+                                            "--json", "-", "--chrome-trace", out.string()});
   REQUIRE_MESSAGE(r.code == 0, r.err);
   CHECK_MESSAGE(slurp(out) == slurp(golden), "the Chrome trace differs from " << golden << "; diff it against " << out);
 }
