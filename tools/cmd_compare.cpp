@@ -9,6 +9,7 @@
 #include "tools/compare_experiment.hpp"
 #include "tools/compare_output.hpp"
 #include "tools/compare_run.hpp"
+#include "tools/compare_verdict.hpp"
 #include "tools/replay_options.hpp"
 #include "tools/report_render.hpp"
 
@@ -60,7 +61,10 @@ po::options_description compare_options() {
       "no-wall", po::bool_switch(), "leave wall_seconds and jobs out (byte-comparable runs)")(
       "report", po::bool_switch(),
       "also render DIR/report.html and DIR/figures/ (needs --out; matplotlib, as `vtensor report DIR`)")(
-      "report-cell", po::value<std::string>(), "the cell of the figures drawn at one cell (default: the first)");
+      "report-cell", po::value<std::string>(), "the cell of the figures drawn at one cell (default: the first)")(
+      "tie", po::value<std::string>(),
+      "FRACTION: differences from the baseline within it are ties in the verdicts, e.g. 0.01 or 1% (default: "
+      "0.01)");
   return o;
 }
 
@@ -80,9 +84,11 @@ std::string shell_quoted(const std::string& w) {
 }
 
 // The outputs: the table, then the folder of --out (its report rendered inside it), then --json.
-int write_outputs(const po::variables_map& v, const experiment& x, const compare_grid& g, const std::string& summary,
-                  std::unique_ptr<output_folder> folder, const cli_streams& io, const cli_streams& given) {
-  print_table(io.out, x, g);
+int write_outputs(const po::variables_map& v, const experiment& x, const compare_grid& g,
+                  const nlohmann::ordered_json& summary_object, std::unique_ptr<output_folder> folder,
+                  const cli_streams& io, const cli_streams& given) {
+  print_table(io.out, x, g, summary_object.at("verdicts"));
+  const std::string summary = summary_object.dump(2) + "\n";
   if (folder) {
     write_file(folder->temp() / "summary.json", summary);
     write_file(folder->temp() / "arms.csv", arms_csv(x, g));
@@ -90,6 +96,7 @@ int write_outputs(const po::variables_map& v, const experiment& x, const compare
     if (v["report"].as<bool>()) {
       report_options ro;
       if (v.count("report-cell") != 0) ro.cell = v["report-cell"].as<std::string>();
+      ro.tie = summary_object.at("verdicts").at("tie").get<double>();
       if (const int rc = render_report(folder->temp(), io, ro); rc != exit_success) return rc;
     }
     folder->commit();
@@ -116,6 +123,7 @@ int run_compare(const po::variables_map& v, const std::vector<std::string>& shar
   compare_run_facts facts;
   facts.command = command;
   facts.with_wall = !v["no-wall"].as<bool>();
+  if (v.count("tie") != 0) facts.tie = parse_tie(v["tie"].as<std::string>());
   facts.jobs = v["jobs"].as<std::uint32_t>();
   if (facts.jobs == 0) facts.jobs = std::max(1u, std::thread::hardware_concurrency());
   std::unique_ptr<output_folder> folder;
@@ -134,7 +142,7 @@ int run_compare(const po::variables_map& v, const std::vector<std::string>& shar
   run_points(grid, traces, timeseries_dir, facts.jobs, io);
   facts.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
-  const std::string summary = summary_json_text(x, grid, traces, facts);
+  const nlohmann::ordered_json summary = summary_json(x, grid, traces, facts);
   return write_outputs(v, x, grid, summary, std::move(folder), io, given);
 }
 
@@ -150,7 +158,8 @@ int cmd_compare(std::span<const std::string> args, const cli_streams& io) {
         "at every point of the axes (--memory, --time-scale, --kernel-factors, traces), in parallel,\n"
         "and prints per cell each arm's metrics with the ratio to the baseline arm, the best arm per\n"
         "metric, the bounds (infinite cache; offline Belady at the budget), each arm's hit rate as a\n"
-        "fraction of both, and why each missed prompt token missed (docs/compare.md). Each trace is\n"
+        "fraction of both, why each missed prompt token missed, and per arm and cell a verdict: where\n"
+        "it wins, where it loses (largest first) and where it ties within --tie (docs/compare.md). Each trace is\n"
         "read once; results are identical whatever --jobs is (wall-clock fields aside).\n"
         "--out DIR writes summary.json, arms.csv and each point's time series, whole or not at all.\n"
         "Example: vtensor compare trace.jsonl --arm vt=vtensor --arm paged=paged --memory 16GiB,unlimited",

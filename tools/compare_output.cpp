@@ -3,6 +3,7 @@
 #include "tools/compare_output.hpp"
 
 #include "backends/units.hpp"
+#include "tools/compare_verdict.hpp"
 #include "traces/atomic_output_file.hpp"
 
 #include <fcntl.h>
@@ -11,33 +12,40 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include <stdexcept>
 #include <system_error>
 
 namespace vtensor::tools {
 namespace fs = std::filesystem;
 namespace {
 
-// The metrics of the table and of the ratios: key in the summary, label, whether higher is
-// better, and the figure of a replay.
+// The metrics of the table and of the ratios: key in the summary (as verdict_metrics(), which
+// gives the label, the unit and which way is better), whether the '*' goes to the higher value,
+// and the figure of a replay.
 struct metric {
   const char* key;
-  const char* label;
   bool higher_better;
   double (*of)(const sim::replay_summary&);
 };
 const std::vector<metric> k_metrics = {
-    {"prefix_hit_rate", "hit rate", true, [](const sim::replay_summary& s) { return s.hit_rate(); }},
-    {"throughput_tokens_per_s", "tok/s", true,
-     [](const sim::replay_summary& s) { return s.throughput_tokens_per_s(); }},
-    {"ttft_p50_ms", "ttft p50 ms", false, [](const sim::replay_summary& s) { return s.ttft.p50; }},
-    {"ttft_p99_ms", "ttft p99 ms", false, [](const sim::replay_summary& s) { return s.ttft.p99; }},
-    {"tpot_p50_ms", "tpot p50 ms", false, [](const sim::replay_summary& s) { return s.tpot.p50; }},
-    {"tpot_p99_ms", "tpot p99 ms", false, [](const sim::replay_summary& s) { return s.tpot.p99; }},
-    {"preemptions", "preempt", false,
-     [](const sim::replay_summary& s) { return static_cast<double>(s.counters.preemptions); }},
-    {"peak_physical_bytes", "peak GiB", false,
+    {"prefix_hit_rate", true, [](const sim::replay_summary& s) { return s.hit_rate(); }},
+    {"throughput_tokens_per_s", true, [](const sim::replay_summary& s) { return s.throughput_tokens_per_s(); }},
+    {"ttft_p50_ms", false, [](const sim::replay_summary& s) { return s.ttft.p50; }},
+    {"ttft_p99_ms", false, [](const sim::replay_summary& s) { return s.ttft.p99; }},
+    {"tpot_p50_ms", false, [](const sim::replay_summary& s) { return s.tpot.p50; }},
+    {"tpot_p99_ms", false, [](const sim::replay_summary& s) { return s.tpot.p99; }},
+    {"preemptions", false, [](const sim::replay_summary& s) { return static_cast<double>(s.counters.preemptions); }},
+    {"peak_physical_bytes", false,
      [](const sim::replay_summary& s) { return static_cast<double>(s.peak.memory.physical_bytes); }},
 };
+
+// The label and unit of metric `m` (verdict_metrics()).
+const verdict_metric& described(const metric& m) {
+  for (const verdict_metric& v : verdict_metrics()) {
+    if (v.key == m.key) return v;
+  }
+  throw std::logic_error(fmt::format("compare: metric {} has no description", m.key));
+}
 
 double value_of(const metric& m, const point& p) { return m.of(p.result.summary); }
 
@@ -76,17 +84,14 @@ bool within_bound(const point& p, const cell& c) {
 
 // ---- the table -------------------------------------------------------------------------------
 
-// A metric's cell of the table: its value ('*': best), and its ratio to the baseline.
+// A metric's cell of the table: its value ('*': best) in a unit that keeps four digits or fewer,
+// and its ratio to the baseline at three significant digits.
 std::string table_value(const metric& m, const point& p, const std::vector<const point*>& in, const point* base) {
-  double v = value_of(m, p);
-  const bool best = is_best(m, v, in);
+  const double v = value_of(m, p);
+  const bool best = described(m).higher_better && is_best(m, v, in);  // peak memory: not judged
   const double b = base ? value_of(m, *base) : 0;
-  const std::string ratio = b == 0 ? "(x -)" : fmt::format("(x{:.2f})", v / b);
-  if (std::string(m.key) == "peak_physical_bytes") v /= static_cast<double>(k_gib);
-  const std::string value = std::string(m.key) == "prefix_hit_rate" ? fmt::format("{:.4f}", v)
-                            : std::string(m.key) == "preemptions"   ? fmt::format("{:.0f}", v)
-                                                                    : fmt::format("{:.1f}", v);
-  return fmt::format("{}{} {}", best ? "*" : "", value, ratio);
+  const std::string ratio = b == 0 ? "(x -)" : fmt::format("(x{})", significant3(v / b));
+  return fmt::format("{}{} {}", best ? "*" : "", quantity_text(v, described(m).unit), ratio);
 }
 
 // The bounds of a cell and each arm's misses by cause.
@@ -109,25 +114,33 @@ void print_bounds(std::ostream& out, const experiment& x, const cell& c, const s
 
 }  // namespace
 
-void print_table(std::ostream& out, const experiment& x, const compare_grid& g) {
+void print_table(std::ostream& out, const experiment& x, const compare_grid& g,
+                 const nlohmann::ordered_json& verdicts) {
   for (std::size_t ci = 0; ci < g.cells.size(); ++ci) {
     const cell& c = g.cells[ci];
     const std::vector<const point*> in = points_in(g, ci);
     const point* base = baseline_in(x, in);
     out << fmt::format("== {} (trace {})\n", c.id, x.traces[c.trace]);
     std::string head = fmt::format("{:<14}", "arm");
-    for (const metric& m : k_metrics) head += fmt::format(" {:>20}", m.label);
+    for (const metric& m : k_metrics) head += fmt::format(" {:>22}", described(m).label);
     out << head << "\n";
     for (const point* p : in) {
       std::string row = fmt::format("{:<14}", x.arms[p->arm].name);
-      for (const metric& m : k_metrics) row += fmt::format(" {:>20}", table_value(m, *p, in, base));
+      for (const metric& m : k_metrics) row += fmt::format(" {:>22}", table_value(m, *p, in, base));
       out << row << "\n";
     }
     print_bounds(out, x, c, in);
+    for (const auto& v : verdicts.at("items")) {
+      if (v.at("cell") != c.id) continue;
+      out << fmt::format("{:<14} against {}: {}\n", v.at("arm").get<std::string>(), x.baseline,
+                         v.at("text").get<std::string>());
+    }
     out << "\n";
   }
-  out << "* best of the cell per metric; (xR) = value / baseline " << x.baseline
-      << "'s; misses by cause: docs/compare.md\n";
+  out << "* best of the cell per judged metric; (xR) = value / baseline " << x.baseline
+      << "'s; verdicts: a difference within " << significant3(verdicts.at("tie").get<double>() * 100)
+      << "% is a tie (--tie), each run is one deterministic replay (no run-to-run spread); peak memory is not "
+         "judged; misses by cause: docs/compare.md\n";
 }
 
 bool all_within_bound(const compare_grid& g) {
@@ -242,8 +255,8 @@ nlohmann::ordered_json point_json(const experiment& x, const compare_grid& g, co
 
 }  // namespace
 
-std::string summary_json_text(const experiment& x, const compare_grid& g, const compare_traces& traces,
-                              const compare_run_facts& facts) {
+nlohmann::ordered_json summary_json(const experiment& x, const compare_grid& g, const compare_traces& traces,
+                                    const compare_run_facts& facts) {
   nlohmann::ordered_json j;
   j["format"] = "vtensor-compare";
   j["version"] = 1;
@@ -261,11 +274,13 @@ std::string summary_json_text(const experiment& x, const compare_grid& g, const 
   for (const cell& c : g.cells) j["cells"].push_back(cell_json(x, c));
   j["points"] = nlohmann::ordered_json::array();
   for (const point& p : g.points) j["points"].push_back(point_json(x, g, p, facts));
+  // Judged from the points as written, as `vtensor report` judges a saved folder.
+  j["verdicts"] = verdicts_json(judge(nlohmann::json::parse(j.dump()), facts.tie), facts.tie);
   if (facts.with_wall) {  // how the run went, not what it computed: left out by --no-wall
     j["wall_seconds"] = facts.wall_seconds;
     j["jobs"] = facts.jobs;
   }
-  return j.dump(2) + "\n";
+  return j;
 }
 
 // ---- arms.csv ----------------------------------------------------------------------------------

@@ -22,15 +22,18 @@ struct compare_run_facts {
   bool timeseries = false;  ///< each point's time series written (--out)
   double wall_seconds = 0;  ///< the points' replays
   unsigned jobs = 1;        ///< threads
+  double tie = 0.01;        ///< the verdicts' tie tolerance, a fraction (--tie)
 };
 
 /// The table: per cell, each arm's metrics with the ratio to the baseline ('*': best of the
-/// cell), the bounds, and the misses by cause.
-void print_table(std::ostream& out, const experiment& x, const compare_grid& g);
+/// cell), the bounds, the misses by cause and each arm's verdict (`verdicts`: summary.json's
+/// "verdicts", so that both say the same).
+void print_table(std::ostream& out, const experiment& x, const compare_grid& g, const nlohmann::ordered_json& verdicts);
 
-/// summary.json, as text (docs/compare-output.md).
-[[nodiscard]] std::string summary_json_text(const experiment& x, const compare_grid& g, const compare_traces& traces,
-                                            const compare_run_facts& facts);
+/// summary.json (docs/compare-output.md), its "verdicts" judged at facts.tie
+/// (tools/compare_verdict.hpp); written as dump(2) and a newline.
+[[nodiscard]] nlohmann::ordered_json summary_json(const experiment& x, const compare_grid& g,
+                                                  const compare_traces& traces, const compare_run_facts& facts);
 
 /// arms.csv: a row per point.
 [[nodiscard]] std::string arms_csv(const experiment& x, const compare_grid& g);

@@ -2,10 +2,12 @@
 """Renders the report of a finished `vtensor compare` folder: DIR/report.html and, for every
 figure, DIR/figures/NAME.png, NAME.svg and NAME.json (the data the figure was drawn from).
 
-    compare_report.py DIR [--cell CELL_ID] [--quiet]
+    compare_report.py DIR [--cell CELL_ID] [--verdicts FILE] [--quiet]
 
 DIR is what `vtensor compare --out DIR` wrote (docs/compare-output.md); only DIR is read, so a
-comparison can be rendered again anywhere. `vtensor report DIR` runs this script with a Python
+comparison can be rendered again anywhere. The verdicts are not judged here: their wording is made
+once, by vtensor (tools/compare_verdict.hpp), which hands them over in --verdicts FILE (the
+"verdicts" object of summary.json's format); without it, summary.json's own "verdicts" are shown. `vtensor report DIR` runs this script with a Python
 that has matplotlib; `vtensor compare --report` does the same after the comparison.
 
 Note [Report figures over several cells]
@@ -152,9 +154,17 @@ def reduce_rows(rows):
 class Comparison:
     """summary.json indexed: arms in order, cells in order, the point of each arm at each cell."""
 
-    def __init__(self, directory, summary, focus_cell):
+    def __init__(self, directory, summary, focus_cell, verdicts=None):
         self.directory = directory
         self.summary = summary
+        # (arm, cell id) -> verdict text; None when neither --verdicts nor summary.json has them.
+        self.verdicts = verdicts if verdicts is not None else summary.get("verdicts")
+        if self.verdicts is not None and (not isinstance(self.verdicts, dict) or
+                                          not isinstance(self.verdicts.get("items"), list)):
+            raise InputError("verdicts: not a \"verdicts\" object with \"items\"")
+        self.verdict_text = {} if self.verdicts is None else {
+            (need(v, "arm", "verdicts.items[]"), need(v, "cell", "verdicts.items[]")):
+            need(v, "text", "verdicts.items[]") for v in self.verdicts["items"]}
         self.baseline = summary["baseline"]
         self.arms = [need(a, "name", "arms[]") for a in summary["arms"]]
         self.arm_info = {a["name"]: a for a in summary["arms"]}
@@ -625,27 +635,68 @@ def render_figures(c, plt, out_dir):
 
 # The arms table: (key, label, where in the point, higher is better, format).
 METRICS = [
-    ("prefix_hit_rate", "hit rate", ["hit_rate"], True, "{:.4f}"),
-    ("throughput_tokens_per_s", "throughput (tok/s)", ["summary", "throughput_tokens_per_s"], True, "{:.0f}"),
-    ("ttft_p50_ms", "TTFT p50 (ms)", ["summary", "ttft_ms", "p50"], False, "{:.1f}"),
-    ("ttft_p99_ms", "TTFT p99 (ms)", ["summary", "ttft_ms", "p99"], False, "{:.1f}"),
-    ("tpot_p50_ms", "TPOT p50 (ms)", ["summary", "tpot_ms", "p50"], False, "{:.2f}"),
-    ("tpot_p99_ms", "TPOT p99 (ms)", ["summary", "tpot_ms", "p99"], False, "{:.2f}"),
-    ("preemptions", "preemptions", ["summary", "preemptions"], False, "{:.0f}"),
-    ("peak_physical_bytes", "peak physical (GiB)", ["summary", "peak_physical_bytes"], False, "gib"),
-    ("vmm_critical_time_us", "VMM critical (ms)", ["summary", "vmm_critical_time_us"], False, "ms_from_us"),
+    ("prefix_hit_rate", "hit rate", ["hit_rate"], True, "fraction"),
+    ("throughput_tokens_per_s", "throughput", ["summary", "throughput_tokens_per_s"], True, "tokens_per_s"),
+    ("ttft_p50_ms", "TTFT p50", ["summary", "ttft_ms", "p50"], False, "ms"),
+    ("ttft_p99_ms", "TTFT p99", ["summary", "ttft_ms", "p99"], False, "ms"),
+    ("tpot_p50_ms", "TPOT p50", ["summary", "tpot_ms", "p50"], False, "ms"),
+    ("tpot_p99_ms", "TPOT p99", ["summary", "tpot_ms", "p99"], False, "ms"),
+    ("preemptions", "preemptions", ["summary", "preemptions"], False, "count"),
+    # Neither direction is better: a cache that fills its budget does its job (compare_verdict.hpp).
+    ("peak_physical_bytes", "peak physical", ["summary", "peak_physical_bytes"], None, "bytes"),
+    ("vmm_critical_time_us", "VMM critical", ["summary", "vmm_critical_time_us"], False, "us"),
 ]
 
 BOUND_SLACK = 1e-9  # a hit rate equal to the bound up to rounding is at the bound, not over it
 
 
+def significant3(v):
+    """`v` at three significant digits, trailing zeros kept (as significant3 in tools/compare_verdict.cpp)."""
+    if not finite(v):
+        return str(v)
+    if v == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(v)))
+    decimals = max(0, 2 - exponent)
+    rounded = round(v, decimals)
+    if rounded != 0 and math.floor(math.log10(abs(rounded))) > exponent:
+        decimals = max(0, 1 - exponent)
+    return f"{v:.{decimals}f}"
+
+
 def fmt_value(v, spec):
+    """A value in a unit that keeps four digits or fewer (as quantity_text in tools/compare_verdict.cpp)."""
     if v is None:
         return "–"
-    if spec == "gib":
-        return f"{v / GIB:.2f}"
-    if spec == "ms_from_us":
-        return f"{v / 1000:.1f}"
+    a = abs(v)
+    if spec == "fraction":
+        return f"{v:.4f}"
+    if spec == "count":
+        return f"{v:.0f}"
+    if spec == "tokens_per_s":
+        if a >= 9999.5e3:
+            return significant3(v / 1e6) + "M tok/s"
+        if a >= 9999.5:
+            return significant3(v / 1e3) + "k tok/s"
+        return significant3(v) + " tok/s"
+    if spec in ("ms", "us"):
+        ms = v / 1000 if spec == "us" else v
+        if ms == 0:
+            return "0 ms"
+        if abs(ms) < 1:
+            return significant3(ms * 1e3) + " us"
+        if abs(ms) < 999.5:
+            return significant3(ms) + " ms"
+        if abs(ms) < 9999.5e3:
+            return significant3(ms / 1e3) + " s"
+        return significant3(ms / 3.6e6) + " h"
+    if spec == "bytes":
+        mib = 1024.0 * 1024.0
+        if a < 999.5 * mib:
+            return significant3(v / mib) + " MiB"
+        if a < 9999.5 * mib * 1024:
+            return significant3(v / (mib * 1024)) + " GiB"
+        return significant3(v / (mib * 1024 * 1024)) + " TiB"
     return spec.format(v)
 
 
@@ -662,42 +713,17 @@ def ratio(v, ref):
 
 
 def ratio_text(r):
-    """"0.912x"; more digits when three would show a difference as 1.000x."""
-    return f"{r:.3f}x" if r == 1 or round(r, 3) != 1 else f"{r:.6f}x"
+    """Three significant digits: "1.00x", "0.830x", "12.3x" (as ratio_text in tools/compare_verdict.cpp)."""
+    return significant3(r) + "x"
 
 
 def best_arms(values, higher):
     """The arms with the best value (all of them on a tie); none when fewer than two have a value."""
     known = {a: v for a, v in values.items() if v is not None}
-    if len(known) < 2:
+    if len(known) < 2 or higher is None:
         return set()
     target = max(known.values()) if higher else min(known.values())
     return {a for a, v in known.items() if v == target}
-
-
-def cell_verdicts(c, cell):
-    """Per non-baseline arm: (worse, better), the metrics where it is worse and where better than the
-    baseline, each as (metric name, "name (ratio)"). Any difference counts: the replays are
-    deterministic, so a difference is not noise."""
-    base = c.point(c.baseline, cell)
-    out = {}
-    for arm, p in c.cell_points(cell):
-        if arm == c.baseline or base is None:
-            continue
-        worse, better = [], []
-        for key, label, path, higher, _ in METRICS:
-            v, ref = metric(p, path), metric(base, path)
-            if v is None or ref is None or v == ref:
-                continue
-            r = ratio(v, ref)
-            short = label.split(" (")[0]
-            text = f"{short} ({ratio_text(r)})" if r is not None else f"{short} ({v:g} against 0)"
-            if (v > ref) == higher:
-                better.append((short, text))
-            else:
-                worse.append((short, text))
-        out[arm] = (worse, better)
-    return out
 
 
 def bound_check(p, cell):
@@ -768,8 +794,21 @@ def render_html(c, figures):
         "<code>summary.json</code>, <code>timeseries/</code>; figures in <code>figures/</code> "
         "(PNG, SVG and the data each was drawn from as JSON).</p>\n")
 
-    # Per arm, in one place: the bound check and whether it loses to the baseline.
-    add("<h2>Verdicts</h2>\n<ul>\n")
+    # Per arm, in one place: the bound check, then per cell where it wins, loses and ties against the
+    # baseline, in the words vtensor printed (Note [Verdicts weigh differences] in
+    # tools/compare_verdict.hpp).
+    add("<h2>Verdicts</h2>\n")
+    if c.verdicts is None:
+        add("<p>No verdicts: this summary.json has none and none were given; render it with "
+            "<code>vtensor report DIR</code>.</p>\n")
+    else:
+        tie = c.verdicts.get("tie")
+        add(f"<p>Each arm against the baseline <b>{esc(c.baseline)}</b>, per cell: where it wins, then where it "
+            "loses, each the largest difference first, then the ties: differences within "
+            f"{esc(significant3(tie * 100) if finite(tie) else '?')}% (<code>--tie</code>). Higher is better for "
+            "the hit rate and the throughput, lower for TTFT, TPOT and preemptions; peak memory is not judged. "
+            "Each point is one deterministic replay, so there is no run-to-run spread to weigh.</p>\n")
+    add("<ul>\n")
     for arm in c.arms:
         pts = [(cell, c.point(arm, cell)) for cell in c.cells if c.point(arm, cell) is not None]
         checks = [bound_check(p, cell)[0] for cell, p in pts]
@@ -784,24 +823,11 @@ def render_html(c, figures):
                     f"({len(pts)} of {len(pts)}).</span>")
         if arm == c.baseline:
             line += " The baseline."
-        else:
-            cells_lost, by_metric = 0, {}
-            compared = 0
-            for cell in c.cells:
-                v = cell_verdicts(c, cell).get(arm)
-                if v is None:
-                    continue
-                compared += 1
-                cells_lost += 1 if v[0] else 0
-                for short, _ in v[0]:
-                    by_metric[short] = by_metric.get(short, 0) + 1
-            if cells_lost:
-                order = [label.split(" (")[0] for _, label, _, _, _ in METRICS]
-                detail = ", ".join(f"{m} in {by_metric[m]}" for m in order if m in by_metric)
-                line += (f" <span class=\"loses\">Loses to the baseline {esc(c.baseline)} in {cells_lost} of "
-                         f"{compared} cells: on {esc(detail)} (ratios per cell below).</span>")
-            else:
-                line += f" Never worse than the baseline {esc(c.baseline)} on the metrics of the tables."
+        elif c.verdicts is not None:
+            texts = [(cell, c.verdict_text.get((arm, cell["id"]))) for cell, _ in pts]
+            line += "\n<ul>\n" + "".join(
+                f"<li>{esc(c.cell_label(cell))}: {esc(text)}</li>\n" for cell, text in texts if text is not None) + \
+                "</ul>\n"
         add(f"<li>{line}</li>\n")
     add("</ul>\n")
 
@@ -828,14 +854,15 @@ def render_html(c, figures):
     add("</table>\n")
 
     add("<h2>Results per cell</h2>\n<p>Each value with its ratio to the baseline's in the same cell; the best "
-        "value of each metric (ties included) is in bold with &#9733;. Hit rate is also given as a fraction of "
+        "value of each judged metric (ties included) is in bold with &#9733;. Hit rate is also given as a fraction of "
         "both bounds.</p>\n")
     for cell in c.cells:
         pts = c.cell_points(cell)
         add(f"<h3>{esc(c.cell_label(cell))}</h3>\n<p><code>{esc(cell['id'])}</code></p>\n<table>\n<tr>"
             "<th class=\"l\">arm</th>")
         for _, label, _, higher, _ in METRICS:
-            add(f"<th>{esc(label)}<br><span class=\"ratio\">{'higher' if higher else 'lower'} is better</span></th>")
+            direction = "not judged" if higher is None else f"{'higher' if higher else 'lower'} is better"
+            add(f"<th>{esc(label)}<br><span class=\"ratio\">{direction}</span></th>")
         add("<th>of infinite</th><th>of offline</th><th class=\"l\">hit rate &le; infinite bound?</th></tr>\n")
         base = c.point(c.baseline, cell)
         bests = {key: best_arms({a: metric(p, path) for a, p in pts}, higher) for key, _, path, higher, _ in METRICS}
@@ -849,25 +876,17 @@ def render_html(c, figures):
                 best = arm in bests[key]
                 td_class = ' class="best"' if best else ""
                 add(f"<td{td_class}>{fmt_value(v, spec)}{' &#9733;' if best else ''}"
-                    + (f"<br><span class=\"ratio\">{r:.3f}x</span>" if r is not None else "") + "</td>")
+                    + (f"<br><span class=\"ratio\">{ratio_text(r)}</span>" if r is not None else "") + "</td>")
             of_inf, of_off = metric(p, ["of_infinite"]), metric(p, ["of_offline"])
             ok, text = bound_check(p, cell)
             add(f"<td>{fmt_value(of_inf, '{:.3f}')}</td><td>{fmt_value(of_off, '{:.3f}')}</td>"
                 f"<td class=\"l {'bad' if ok is False else 'ok' if ok else ''}\">{text}</td></tr>\n")
         add("</table>\n")
-        verdicts = cell_verdicts(c, cell)
-        if verdicts:
-            add("<ul>\n")
-            for arm, (worse, better) in verdicts.items():
-                worse_text = ", ".join(t for _, t in worse)
-                better_text = ", ".join(t for _, t in better)
-                if worse:
-                    add(f"<li class=\"loses\">{esc(arm)} loses to the baseline {esc(c.baseline)} on "
-                        f"{esc(worse_text)}" + (f"; better on {esc(better_text)}" if better else "") + ".</li>\n")
-                else:
-                    add(f"<li>{esc(arm)} is at least as good as the baseline {esc(c.baseline)} on every metric "
-                        "of the table" + (f" (better on {esc(better_text)})" if better else "") + ".</li>\n")
-            add("</ul>\n")
+        lines = [(arm, c.verdict_text.get((arm, cell["id"]))) for arm, _ in pts if arm != c.baseline]
+        lines = [(arm, text) for arm, text in lines if text is not None]
+        if lines:
+            add("<ul>\n" + "".join(f"<li><b>{esc(arm)}</b> against {esc(c.baseline)}: {esc(text)}</li>\n"
+                                   for arm, text in lines) + "</ul>\n")
         # Why tokens missed.
         add("<table>\n<tr><th class=\"l\">arm: missed prompt tokens</th>" +
             "".join(f"<th>{esc(k.replace('_', ' '))}</th>" for k in CAUSES) + "<th>total</th>"
@@ -929,11 +948,20 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="the folder `vtensor compare --out DIR` wrote")
     ap.add_argument("--cell", help="focus cell of the one-cell figures (a cell id of summary.json)")
+    ap.add_argument("--verdicts", help="the verdicts to show, judged by vtensor (summary.json's \"verdicts\" format); "
+                    "default: summary.json's own")
     ap.add_argument("--quiet", action="store_true", help="print nothing on success")
     args = ap.parse_args(argv)
     directory = args.dir
     try:
-        comparison = Comparison(directory, load_summary(directory), args.cell)
+        verdicts = None
+        if args.verdicts is not None:
+            try:
+                with open(args.verdicts, encoding="utf-8") as f:
+                    verdicts = json.load(f)
+            except (OSError, ValueError) as e:
+                raise InputError(f"--verdicts {args.verdicts}: not readable JSON: {e}")
+        comparison = Comparison(directory, load_summary(directory), args.cell, verdicts)
         plt = setup_matplotlib()
         tmp = tempfile.mkdtemp(prefix=".report-", dir=directory)
         try:

@@ -1,5 +1,7 @@
 #include "tools/report_render.hpp"
 
+#include "tools/compare_verdict.hpp"
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -111,8 +113,9 @@ std::string last_line(const std::string& text) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
-/// Checks DIR/summary.json; returns a message when it is not a usable vtensor-compare v1 file.
-std::optional<std::string> check_summary(const fs::path& dir, const report_options& options) {
+/// Checks DIR/summary.json and reads it into `summary`; returns a message when it is not a usable
+/// vtensor-compare v1 file.
+std::optional<std::string> check_summary(const fs::path& dir, const report_options& options, nlohmann::json& summary) {
   const fs::path path = dir / "summary.json";
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -122,7 +125,6 @@ std::optional<std::string> check_summary(const fs::path& dir, const report_optio
   }
   std::ifstream in(path);
   if (!in) return fmt::format("{}: cannot be read", path.string());
-  nlohmann::json summary;
   try {
     summary = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& error) {
@@ -148,6 +150,47 @@ std::optional<std::string> check_summary(const fs::path& dir, const report_optio
     }
   }
   return std::nullopt;
+}
+
+/// A file in the temporary folder, removed with its owner.
+class temp_file {
+ public:
+  explicit temp_file(const std::string& contents) {
+    std::string templ = (fs::temp_directory_path() / "vtensor-verdicts-XXXXXX").string();
+    const int fd = ::mkstemp(templ.data());
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create a temporary file");
+    path_ = templ;
+    const fd_guard guard(fd);
+    for (std::size_t done = 0; done < contents.size();) {
+      const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::system_error(errno, std::generic_category(), "cannot write " + path_.string());
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  ~temp_file() {
+    std::error_code ignored;
+    fs::remove(path_, ignored);
+  }
+  temp_file(const temp_file&) = delete;
+  temp_file& operator=(const temp_file&) = delete;
+  [[nodiscard]] const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+/// The verdicts of `summary` as summary.json's "verdicts" (tools/compare_verdict.hpp): at
+/// options.tie, else the tolerance the comparison was judged at, else the default.
+std::string verdicts_text(const nlohmann::json& summary, const report_options& options) {
+  double tie = k_default_tie;
+  if (options.tie) {
+    tie = *options.tie;
+  } else if (summary.contains("verdicts") && summary["verdicts"].is_object() && summary["verdicts"].contains("tie") &&
+             summary["verdicts"]["tie"].is_number()) {
+    tie = summary["verdicts"]["tie"].get<double>();
+  }
+  return verdicts_json(judge(summary, tie), tie).dump(2) + "\n";
 }
 
 }  // namespace
@@ -182,7 +225,14 @@ int render_report(const fs::path& dir, const cli_streams& io, const report_optio
     return code;
   };
   try {
-    if (const auto bad = check_summary(dir, options)) return fail(exit_usage, *bad);
+    nlohmann::json summary;
+    if (const auto bad = check_summary(dir, options, summary)) return fail(exit_usage, *bad);
+    std::string verdicts;
+    try {
+      verdicts = verdicts_text(summary, options);
+    } catch (const std::exception& error) {  // nlohmann's or judge()'s: the content is bad
+      return fail(exit_usage, fmt::format("{}: no verdicts: {}", (dir / "summary.json").string(), error.what()));
+    }
 
     fs::path script;
     std::vector<std::string> tried;
@@ -220,7 +270,8 @@ int render_report(const fs::path& dir, const cli_streams& io, const report_optio
                                             fmt::join(reasons, "; ")));
     }
 
-    std::vector<std::string> argv{python, script.string(), "--quiet"};
+    const temp_file verdicts_file(verdicts);
+    std::vector<std::string> argv{python, script.string(), "--quiet", "--verdicts", verdicts_file.path().string()};
     if (options.cell) {
       argv.emplace_back("--cell");
       argv.push_back(*options.cell);

@@ -15,6 +15,10 @@
 // succeeds runs the script. Both are started with posix_spawn, no shell, stdin from /dev/null; what
 // they print is passed on to the error stream.
 //
+// The verdicts (tools/compare_verdict.hpp) are judged here from DIR/summary.json and handed to the
+// script in a temporary file (--verdicts), so that the page says what the terminal table and
+// summary.json say, in the same words, and a folder saved before verdicts existed renders with them.
+//
 // The report is written whole or not at all: the script renders into a temporary folder inside DIR
 // and moves figures/ and report.html in only once everything is drawn (Note [Report written whole
 // or not at all] in tools/compare_report.py).
@@ -32,6 +36,9 @@ namespace vtensor::tools {
 struct report_options {
   /// The cell (an id of summary.json's "cells") of the figures drawn at one cell; none: the first.
   std::optional<std::string> cell;
+  /// The verdicts' tie tolerance (tools/compare_verdict.hpp); none: the one summary.json's
+  /// "verdicts" was judged at, or 1% when it has none.
+  std::optional<double> tie;
 };
 
 /// Where the script and the interpreter are looked for (tests replace them).

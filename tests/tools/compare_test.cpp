@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -222,4 +223,46 @@ TEST_CASE("compare: --report renders every figure of a real comparison, with the
   CHECK(hit.dump().find("offline") != std::string::npos);
   // --report without --out is bad usage.
   CHECK(run_cli(small_compare({"--report"})).code == 2);
+}
+
+TEST_CASE("compare: each arm's verdict per cell, the same words in the table and in summary.json") {
+  const fs::path out = temp_dir("verdicts");
+  fs::remove_all(out);
+  const auto r = run_cli(small_compare({"--jobs", "2", "--out", out.string(), "--tie", "2%"}));
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto j = nlohmann::json::parse(read(out / "summary.json"));
+  const auto& v = j.at("verdicts");
+  CHECK(v.at("tie") == doctest::Approx(0.02));
+  CHECK(v.at("lower_is_better") ==
+        nlohmann::json({"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "preemptions"}));
+  REQUIRE(v.at("items").size() == 4);  // paged and radix at each of two budgets; none for the baseline vt
+  for (const auto& item : v.at("items")) {
+    CAPTURE(item.dump());
+    CHECK(item.at("arm") != "vt");
+    const std::string text = item.at("text").get<std::string>();
+    CHECK(!text.empty());
+    CHECK(r.out.find(item.at("arm").get<std::string>() + " against vt: " + text) != std::string::npos);
+    // Wins and losses are beyond the tolerance, the largest first.
+    for (const char* side : {"wins", "losses"}) {
+      double last = 1e300;
+      for (const auto& d : item.at(side)) {
+        if (d.at("ratio").is_null()) continue;
+        const double weight = std::abs(std::log(d.at("ratio").get<double>()));
+        CHECK(std::abs(d.at("ratio").get<double>() - 1) > 0.02);
+        CHECK(weight <= last);
+        last = weight;
+      }
+    }
+  }
+  CHECK(r.out.find("a difference within 2.00% is a tie (--tie)") != std::string::npos);
+}
+
+TEST_CASE("compare: a bad --tie exits 2 naming the option, before any replay") {
+  for (const char* bad : {"abc", "1.5", "-1%"}) {
+    CAPTURE(bad);
+    const auto r = run_cli(small_compare({"--tie", bad}));
+    CHECK(r.code == 2);
+    CHECK(r.err.find(std::string("--tie ") + bad + ": not a tolerance") != std::string::npos);
+    CHECK(r.out.empty());
+  }
 }
