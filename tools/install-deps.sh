@@ -16,9 +16,11 @@ packages=(
   python3-matplotlib               # `vtensor report` / `compare --report`: the figures (tools/compare_report.py)
 )
 
-# `--fuzz`: also what tools/fuzz.sh needs (clang with libFuzzer and the sanitizer runtimes).
+# `--fuzz`: also what the test command (tools/test-all.sh) needs beyond the build: what
+# tools/fuzz.sh needs (clang with libFuzzer and the sanitizer runtimes), and the browser the report
+# is opened in (tests/tools/report_in_browser.py; without it those cases are skipped).
 if [ "${1:-}" = "--fuzz" ]; then
-  packages+=(clang-14 libclang-rt-14-dev)
+  packages+=(clang-14 libclang-rt-14-dev chromium)
 fi
 
 missing=()
