@@ -92,7 +92,7 @@ TEST_SUITE("compare") {
     CHECK_THROWS_AS((void)judge(json::object(), 0.01), std::invalid_argument);
   }
 
-  TEST_CASE("compare verdicts: --tie takes a fraction or a percentage in [0, 1), anything else names the option") {
+  TEST_CASE("compare verdicts: --tie takes a fraction or a percentage below 1, anything else names the option") {
     CHECK(parse_tie("0.01") == doctest::Approx(0.01));
     CHECK(parse_tie("2.5%") == doctest::Approx(0.025));
     CHECK(parse_tie("0") == 0.0);
