@@ -105,6 +105,12 @@ op_effects manager::finish(request_id id, std::span<const token_block> extra_blo
   return fx;
 }
 
+void manager::publish(request_id id, std::uint64_t tokens) {
+  const mutex_lock lock(mutex_);
+  scheduler_.publish(id, tokens);
+  after_op();
+}
+
 op_effects manager::preempt(request_id id) {
   const mutex_lock lock(mutex_);
   const vmm_gate::driver_scope driver(scheduler_.ops().gate());  // Note [Driver hand-over]

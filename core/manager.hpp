@@ -113,6 +113,9 @@ class manager {
   op_effects finish(request_id id, std::span<const token_block> extra_blocks = {}) EXCLUDES(mutex_);
   /// Drops request `id` to free memory.
   op_effects preempt(request_id id) EXCLUDES(mutex_);
+  /// Shares the first `tokens` tokens of live request `id`, whose KV is computed, through the
+  /// rTree now (Note [Eager publication] in core/scheduler.cpp). No VMM call.
+  void publish(request_id id, std::uint64_t tokens) EXCLUDES(mutex_);
 
   /// Pointers and sizes of a live request, or nullopt.
   [[nodiscard]] std::optional<vtensor_view> view(request_id id) const EXCLUDES(mutex_);

@@ -121,9 +121,12 @@ void operations::check_invariants() const {
     if (found.all != r.mappings) {
       fail(fmt::format("chunk {}: {} mappings counted, {} in the vSet", id.value, r.mappings, found.all));
     }
-    if (found.writer != nullptr && r.ref_count != 1) {
-      fail(fmt::format("chunk {} is written through {:#x} by request {} but has {} references", id.value,
-                       found.writer->va, found.writer->owner.value, r.ref_count));
+    // A written chunk is mapped by its writer alone; the rTree may hold a copy-on-write source
+    // version of it (its valid bytes, which the writer no longer changes: Note [Eager publication]
+    // in core/scheduler.cpp), which a reader copies and never maps.
+    if (found.writer != nullptr && r.mappings != 1) {
+      fail(fmt::format("chunk {} is written through {:#x} by request {} but mapped {} times", id.value,
+                       found.writer->va, found.writer->owner.value, r.mappings));
     }
     if (found.shared != r.shared_mappings) fail(fmt::format("chunk {}: shared mapping count drifted", id.value));
     mapped += r.mappings == 0 ? 0 : 1;

@@ -594,20 +594,21 @@ create_result scheduler::fork(request_id parent_id, request_id child_id) {
 }
 
 // Hangs the request's pages on the rTree path of its blocks: whole pages, and the last partial
-// page with its valid bytes. Only tokens named by whole blocks are recorded.
-void scheduler::record_prefix(vtensor_record& r, std::span<const token_block> extra) {
+// page with its valid bytes. Only tokens named by whole blocks, up to `limit`, are recorded.
+radix_node* scheduler::record_prefix(vtensor_record& r, std::span<const token_block> extra, std::uint64_t limit) {
   std::vector<token_block> key;
   key.reserve(r.blocks.size() + extra.size());
   std::uint64_t key_tokens = 0;
+  limit = std::min(limit, r.tokens);
   for (auto part : {std::span<const token_block>(r.blocks), extra}) {
     for (const auto& b : part) {
-      if (key_tokens + b.tokens > r.tokens) break;
+      if (key_tokens + b.tokens > limit) break;
       key.push_back(b);
       key_tokens += b.tokens;
     }
     if (key.size() < r.blocks.size()) break;
   }
-  if (key_tokens == 0) return;
+  if (key_tokens == 0) return nullptr;
   radix_path path = ops_.cache().tree().insert(key);
   const std::uint64_t recorded = path.tokens;
   const std::uint64_t chunk = geometry_.chunk_bytes();
@@ -629,6 +630,49 @@ void scheduler::record_prefix(vtensor_record& r, std::span<const token_block> ex
     for (std::uint32_t t = 0; t < tensors; ++t) v.chunks.push_back(r.maps[std::size_t{p} * tensors + t]->chunk);
     ops_.cache().record_page(*path.nodes[n], std::move(v));
   }
+  return path.deepest();
+}
+
+// Note [Eager publication]
+// The seed records a request's prefix in the rTree when it finishes (or is preempted), so a
+// request that arrives while another with the same prefix still runs computes it again (the
+// `unpublished` misses of compare). Nothing in vTensor's design asks for that: a page whose KV is
+// computed can be mapped into another vTensor at once. With eager publication (vtensor's
+// --publish eager) the replica tells the policy after each step how far each prompt's prefill
+// has come (kv_policy::computed), and the pages of those tokens enter the tree then: the whole
+// pages, and the last partial one as a copy-on-write source (a reader copies its valid bytes;
+// the owner goes on writing after them, so its chunk is mapped by it alone: the pool's invariants
+// allow a written chunk tree references, never another mapping). Its whole computed pages are
+// marked shared (immutable) as a fork's parent's are, since another request may now map them.
+// The request then pins the deepest node of what it
+// published instead of its hit path (a descendant of it), so that eviction never takes a node
+// whose chunks a live request still maps: evicting it would free nothing. At finish the rest
+// (decode tokens with known keys) is recorded as before; pages already in the tree with as many
+// valid bytes are skipped. A request whose prefix another is still computing hits what that one
+// has published so far and computes the rest itself (the `in flight` misses of compare). No VMM
+// call is made: only tree references are taken, so the sim and cuda backends stay step-identical.
+void scheduler::publish(request_id id, std::uint64_t tokens) {
+  vtensor_record& r = get(id);
+  tokens = std::min(tokens, r.tokens);
+  // Its whole computed pages become an immutable shared prefix, as a fork's parent's do: it never
+  // writes them again, and another request may now map them.
+  const std::uint32_t tensors = geometry_.tensors();
+  const auto whole =
+      std::min(static_cast<std::uint32_t>(tokens * geometry_.bytes_per_token_per_tensor() / geometry_.chunk_bytes()),
+               r.mapped_pages);
+  if (whole > r.shared_pages) {
+    account(r, -1);
+    for (std::uint32_t p = r.shared_pages; p < whole; ++p) {
+      for (std::uint32_t t = 0; t < tensors; ++t) ops_.maps().make_shared(*r.maps[std::size_t{p} * tensors + t]);
+    }
+    r.shared_pages = whole;
+    account(r, +1);
+  }
+  radix_node* deepest = record_prefix(r, {}, tokens);
+  if (deepest == nullptr || deepest == r.pinned) return;
+  ops_.cache().tree().pin(*deepest);
+  if (r.pinned != nullptr) ops_.cache().tree().unpin(*r.pinned);
+  r.pinned = deepest;
 }
 
 void scheduler::release(vtensor_record& r, op_effects& fx) {
@@ -647,7 +691,7 @@ void scheduler::release(vtensor_record& r, op_effects& fx) {
 op_effects scheduler::finish(request_id id, std::span<const token_block> extra_blocks) {
   vtensor_record& r = get(id);
   op_effects fx;
-  record_prefix(r, extra_blocks);
+  (void)record_prefix(r, extra_blocks, r.tokens);
   release(r, fx);
   erase_live(id);
   return fx;
@@ -656,7 +700,7 @@ op_effects scheduler::finish(request_id id, std::span<const token_block> extra_b
 op_effects scheduler::preempt(request_id id) {
   vtensor_record& r = get(id);
   op_effects fx;
-  if (config_.record_on_preempt) record_prefix(r, {});
+  if (config_.record_on_preempt) (void)record_prefix(r, {}, r.tokens);
   release(r, fx);
   erase_live(id);
   ++counters_.preempted;

@@ -151,6 +151,9 @@ class scheduler {
   op_effects finish(request_id id, std::span<const token_block> extra_blocks = {});
   /// Drops a live request to free memory (its prefix stays cached if the config says so).
   op_effects preempt(request_id id);
+  /// Hangs the pages of the first `tokens` tokens of live request `id` (their KV computed) on the
+  /// rTree, and moves its pin to the deepest node of that path (Note [Eager publication]).
+  void publish(request_id id, std::uint64_t tokens);
 
   [[nodiscard]] const vtensor_record* find(request_id id) const;
   [[nodiscard]] vtensor_view view(const vtensor_record& r) const;
@@ -231,7 +234,9 @@ class scheduler {
   void wait_ready(vtensor_record& r, op_effects& fx);
   void check_record(const vtensor_record& r) const;
   void check_pins() const;
-  void record_prefix(vtensor_record& r, std::span<const token_block> extra);
+  /// Records `r`'s pages over its blocks (then `extra`) up to `limit` tokens; returns the deepest
+  /// node of the path recorded (nullptr: none).
+  radix_node* record_prefix(vtensor_record& r, std::span<const token_block> extra, std::uint64_t limit);
   std::uint64_t own_bytes(const vtensor_record& r) const;
   void account(const vtensor_record& r, int sign);
   std::unique_ptr<vtensor_record> new_record(request_id id, std::uint64_t max_tokens);

@@ -15,6 +15,9 @@
 ///   that is not a decode round: tests, speculative tokens).
 /// - release() ends an admitted request: `finished` may keep its prefix for reuse, `preempted`
 ///   drops it (the request comes back later through admit()).
+/// - computed() tells the policy, after a step, how many of a request's tokens now have their KV
+///   computed (its prefill's progress); a policy that shares a prompt's KV once it is computed
+///   (vtensor's eager publication) publishes it then, the others ignore it.
 /// - Ids are the caller's and unique among admitted requests. Misuse (unknown id, growth past
 ///   max_tokens) throws std::invalid_argument.
 /// - stats() is cheap (no walk) and may be called after every step; vmm_time() and
@@ -228,6 +231,11 @@ class kv_policy {
     r.generation_ = generation_;
     return r;
   }
+  /// After a step: the first `tokens` tokens of live request `id` have their KV computed.
+  void computed(request_id id, std::uint64_t tokens) {
+    ++generation_;
+    do_computed(id, tokens);
+  }
   /// Ends `id`.
   void release(request_id id, release_reason why) {
     ++generation_;
@@ -304,6 +312,7 @@ class kv_policy {
     return do_memory_view();
   }
   virtual void do_release(request_id id, release_reason why) = 0;
+  virtual void do_computed(request_id /*id*/, std::uint64_t /*tokens*/) {}
   [[nodiscard]] virtual kv_stats do_stats() const = 0;
   [[nodiscard]] virtual kv_memory_view do_memory_view() const {
     const kv_stats s = do_stats();

@@ -90,6 +90,7 @@ struct sharing_model {
   enum class moment : std::uint8_t {
     admission,  ///< at admission (paged, radix: registered before the KV is computed)
     release,    ///< when the request finishes (vtensor's lazy recording)
+    computed,   ///< after the step that computes it (vtensor's eager publication)
     never,      ///< no prefix cache (static, vattention, --prefix-caching false)
   };
   moment at = moment::never;      ///< when

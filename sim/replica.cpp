@@ -468,7 +468,8 @@ void replica::end_step() {
     live_request& r = *e.r;
     if (!e.decode && r.preemptions > 0) counters_.recomputed_tokens += e.tokens;
     r.kv_tokens += e.tokens;
-    if (!r.decoding()) continue;  // prefill continues next step
+    if (!e.decode) policy_.computed(request_id{r.id}, r.kv_tokens);  // the prefill's progress
+    if (!r.decoding()) continue;                                     // prefill continues next step
     if (r.generated < r.output) {
       ++r.generated;
       ++counters_.output_tokens;

@@ -38,6 +38,10 @@ std::vector<option_row<vtensor_settings>> vtensor_table() {
                       &s::pipeline, true),
   };
   for (auto& row : eviction_options(&s::eviction)) table.push_back(std::move(row));
+  table.push_back(choice_option("publish",
+                                "when a prompt's computed KV is shared through the prefix cache: release (when the "
+                                "request ends) or eager (after each step that computes part of it)",
+                                &s::publish, publish_moment::release, k_publish_moment_names));
   table.push_back(choice_option("partial", "partial prefix page: " + k_partial_page_policy_names.list(" or "),
                                 &s::partial, partial_page_policy::cow, k_partial_page_policy_names));
   return table;
@@ -66,6 +70,7 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o, const vtensor
   c.inline_worker =
       s.worker == worker_mode::inline_jobs || (s.worker == worker_mode::automatic && backend_is_simulated(o.backend));
   v.manager.eviction = eviction_for(o, s.eviction);
+  v.publish = s.publish;
   return v;
 }
 
@@ -92,7 +97,9 @@ policy_definition<vtensor_settings> vtensor_definition() {
   d.sharing = [](const kv_policy_options& o, const vtensor_settings& s) {
     const std::uint64_t unit =
         s.partial == partial_page_policy::cow ? 1 : kv_geometry(o.kv, s.layout).tokens_per_chunk();
-    return sharing_model{sharing_model::moment::release, std::max<std::uint32_t>(static_cast<std::uint32_t>(unit), 1)};
+    return sharing_model{
+        s.publish == publish_moment::eager ? sharing_model::moment::computed : sharing_model::moment::release,
+        std::max<std::uint32_t>(static_cast<std::uint32_t>(unit), 1)};
   };
   return d;
 }
@@ -379,6 +386,11 @@ void vtensor_policy::do_release(request_id id, release_reason why) {
   do_release_model(fx);
 }
 
+// Note [Eager publication] in core/scheduler.cpp: tree references only, no VMM call, nothing to price.
+void vtensor_policy::do_computed(request_id id, std::uint64_t tokens) {
+  if (options_.publish == publish_moment::eager) manager_->publish(id, tokens);
+}
+
 // Note [vtensor memory breakdown]
 // Chunks held are mapped in live requests, cached (held by the rTree only) or idle in the free
 // pool. Of the mapped bytes, `used` hold valid KV; the pages mapped beyond the page of each
@@ -470,6 +482,8 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
                                       {"eviction", m.eviction.name}};
   for (const auto& [key, value] : own.items()) j[key] = value;
   describe_eviction_settings(j, m.eviction);
+  if (options_.publish != publish_moment::release)
+    j["publish"] = std::string(k_publish_moment_names.name(options_.publish));
   j["record_on_preempt"] = m.scheduler.record_on_preempt;
   return j;
 }

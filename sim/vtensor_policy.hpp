@@ -114,6 +114,15 @@ enum class worker_mode : std::uint8_t {
   thread,       ///< on a thread of its own
 };
 
+/// When a request's computed KV becomes shareable through the rTree (Note [Eager publication] in
+/// core/scheduler.cpp).
+enum class publish_moment : std::uint8_t {
+  release,  ///< when it finishes or is preempted (the seed's design)
+  eager,    ///< after each step that computes part of its prompt
+};
+inline constexpr enum_names<publish_moment, 2> k_publish_moment_names{
+    {{{publish_moment::release, "release"}, {publish_moment::eager, "eager"}}}};
+
 /// The vtensor policy's own settings (its option table: vtensor_definition()). The defaults are
 /// the library's; the command line's are the table's (lookahead 1, pipeline on).
 struct vtensor_settings {
@@ -125,6 +134,7 @@ struct vtensor_settings {
   std::uint32_t create_ahead_chunks = 0;  ///< the worker keeps this many chunks created (0: off)
   bool pipeline = false;                  ///< pipelined admission (Note [Pipelined admission] in core/scheduler.cpp)
   eviction_config eviction;               ///< prefix-cache eviction order (without clock and oracle)
+  publish_moment publish = publish_moment::release;        ///< when computed KV is shared
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page
   worker_mode worker = worker_mode::automatic;             ///< where the worker runs its jobs
 };
@@ -135,6 +145,7 @@ struct vtensor_policy_options {
   backend_config device;        ///< capacity (the KV memory budget), calibration, latency
   manager_config
       manager;  ///< geometry (model x layout), scheduler (context, lookahead, async, cow|recompute), eviction
+  publish_moment publish = publish_moment::release;  ///< when computed KV is shared
 };
 
 /// The policy's options for the shared `options` and its own `settings`.
@@ -196,6 +207,7 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] std::uint64_t do_decode_rounds(std::span<const request_id> ids) override;
   kv_memory_view do_advance_round(std::span<const request_id> ids) override;
   void do_release(request_id id, release_reason why) override;
+  void do_computed(request_id id, std::uint64_t tokens) override;
   [[nodiscard]] kv_stats do_stats() const override;
   [[nodiscard]] kv_memory_view do_memory_view() const override;
   [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> do_vmm_calls() const override;

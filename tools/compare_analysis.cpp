@@ -130,6 +130,7 @@ void record_use(const request_view& r, const request_times& t, const sharing_mod
   const sim::time_us shares = !r.admitted                       ? k_never
                               : sharing.at == moment::admission ? t.admitted
                               : sharing.at == moment::release   ? t.finish
+                              : sharing.at == moment::computed  ? t.first_token
                                                                 : k_never;
   for (const std::uint32_t node : r.path) {
     h.published[node] = std::min(h.published[node], shares);

@@ -107,6 +107,10 @@ soak_figures soak(const policy_choice& choice, std::uint64_t memory, std::uint64
           if (a.admitted) {
             live[next] = out;
             ++fig.admitted;
+            // Its prefill's progress, as a replica reports it after each step (kv_policy::computed).
+            const std::uint64_t chunk = 1 + rng() % prompt;
+            p->computed(request_id{next}, chunk);
+            if (chunk < prompt) p->computed(request_id{next}, prompt);
           } else {
             ++fig.refused;
           }
@@ -184,6 +188,14 @@ void soak_orders(const std::string& name) {
 
 TEST_SUITE("policy_soak") {
   TEST_CASE("soak under faults: every eviction order on vtensor") { soak_orders("vtensor"); }
+  TEST_CASE("soak under faults: vtensor with eager publication") {
+    for (const std::uint64_t memory : {std::uint64_t{3} * k_gib, std::numeric_limits<std::uint64_t>::max()}) {
+      INFO("memory " << memory);
+      const soak_figures f = soak(choose_policy("vtensor", {{"publish", "eager"}}), memory, 4321);
+      CHECK(f.admitted > 0);
+      CHECK(f.released > 0);
+    }
+  }
   TEST_CASE("soak under faults: every eviction order on paged") { soak_orders("paged"); }
   TEST_CASE("soak under faults: every eviction order on radix") { soak_orders("radix"); }
   TEST_CASE("soak under faults: vtensor") { soak_policy("vtensor"); }

@@ -300,3 +300,39 @@ TEST_CASE("vtensor policy: a step-thread call during a release's unmaps waits fo
   p.settle();
   p.check_invariants();
 }
+
+// Note [Eager publication]: request 2 arrives while request 1, with the same two-block prefix,
+// still runs (its prompt computed). Published at release, the prefix is not in the tree yet and
+// request 2 computes it again; published eagerly, request 2 maps request 1's two pages (1,024
+// tokens). Request 3 comes while request 1 has computed only its first chunk (512 tokens): it
+// hits that one page and computes the rest itself. Pins move with what is published, and the
+// tree keeps the pages after everything is released.
+TEST_CASE("vtensor policy: eager publication shares a prompt's computed pages while it still runs") {
+  const std::vector<token_block> two{{1, 512}, {2, 512}};
+  const std::vector<token_block> three{{1, 512}, {2, 512}, {3, 512}};
+  for (const publish_moment publish : {publish_moment::release, publish_moment::eager}) {
+    CAPTURE(k_publish_moment_names.name(publish));
+    const bool eager = publish == publish_moment::eager;
+    vtensor_settings s;
+    s.publish = publish;
+    auto p = make_kv_policy(policy_choice(s), llama_policy(k_unlimited));
+    REQUIRE(p->admit({request_id{1}, three, 1536, 2000}).admitted);
+    p->computed(request_id{1}, 512);  // the first prefill chunk
+    p->check_invariants();
+    const kv_admit_result third = p->admit({request_id{3}, two, 1024, 2000});
+    REQUIRE(third.admitted);
+    CHECK(third.hit_tokens == (eager ? 512 : 0));
+    p->computed(request_id{1}, 1536);  // the rest of the prompt
+    p->computed(request_id{3}, 1024);
+    p->check_invariants();
+    const kv_admit_result second = p->admit({request_id{2}, three, 1536, 2000});
+    REQUIRE(second.admitted);
+    CHECK(second.hit_tokens == (eager ? 1535 : 0));  // one token is always computed
+    for (const std::uint64_t id : {1, 2, 3}) p->release(request_id{id}, release_reason::finished);
+    p->check_invariants();
+    const kv_admit_result later = p->admit({request_id{4}, three, 1536, 2000});
+    CHECK(later.hit_tokens == 1535);
+    p->release(request_id{4}, release_reason::finished);
+    CHECK(p->describe().contains("publish") == eager);
+  }
+}
