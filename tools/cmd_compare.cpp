@@ -6,6 +6,7 @@
 // The output contract: docs/compare-output.md; the definitions: docs/compare.md.
 
 #include "tools/cli.hpp"
+#include "tools/compare_eviction.hpp"
 #include "tools/compare_experiment.hpp"
 #include "tools/compare_output.hpp"
 #include "tools/compare_run.hpp"
@@ -88,6 +89,8 @@ int write_outputs(const po::variables_map& v, const experiment& x, const compare
                   const nlohmann::ordered_json& summary_object, std::unique_ptr<output_folder> folder,
                   const cli_streams& io, const cli_streams& given) {
   print_table(io.out, x, g, summary_object.at("verdicts"));
+  if (summary_object.contains("eviction"))  // the same groups as summary.json's, from the same points
+    print_eviction_table(io.out, eviction_groups(nlohmann::json::parse(summary_object.dump())));
   const std::string summary = summary_object.dump(2) + "\n";
   if (folder) {
     write_file(folder->temp() / "summary.json", summary);

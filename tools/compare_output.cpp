@@ -3,6 +3,7 @@
 #include "tools/compare_output.hpp"
 
 #include "backends/units.hpp"
+#include "tools/compare_eviction.hpp"
 #include "tools/compare_verdict.hpp"
 #include "traces/atomic_output_file.hpp"
 
@@ -275,7 +276,10 @@ nlohmann::ordered_json summary_json(const experiment& x, const compare_grid& g, 
   j["points"] = nlohmann::ordered_json::array();
   for (const point& p : g.points) j["points"].push_back(point_json(x, g, p, facts));
   // Judged from the points as written, as `vtensor report` judges a saved folder.
-  j["verdicts"] = verdicts_json(judge(nlohmann::json::parse(j.dump()), facts.tie), facts.tie);
+  const nlohmann::json written = nlohmann::json::parse(j.dump());
+  j["verdicts"] = verdicts_json(judge(written, facts.tie), facts.tie);
+  // Only when some arms differ only in their eviction order: other comparisons' files are unchanged.
+  if (const auto groups = eviction_groups(written); !groups.empty()) j["eviction"] = eviction_json(groups);
   if (facts.with_wall) {  // how the run went, not what it computed: left out by --no-wall
     j["wall_seconds"] = facts.wall_seconds;
     j["jobs"] = facts.jobs;

@@ -31,7 +31,8 @@ struct compare_run_facts {
 void print_table(std::ostream& out, const experiment& x, const compare_grid& g, const nlohmann::ordered_json& verdicts);
 
 /// summary.json (docs/compare-output.md), its "verdicts" judged at facts.tie
-/// (tools/compare_verdict.hpp); written as dump(2) and a newline.
+/// (tools/compare_verdict.hpp), and "eviction" (tools/compare_eviction.hpp) only when some arms
+/// differ only in their eviction order; written as dump(2) and a newline.
 [[nodiscard]] nlohmann::ordered_json summary_json(const experiment& x, const compare_grid& g,
                                                   const compare_traces& traces, const compare_run_facts& facts);
 
