@@ -2,13 +2,16 @@
 """Renders the report of a finished `vtensor compare` folder: DIR/report.html and, for every
 figure, DIR/figures/NAME.png, NAME.svg and NAME.json (the data the figure was drawn from).
 
-    compare_report.py DIR [--cell CELL_ID] [--verdicts FILE] [--quiet]
+    compare_report.py DIR [--cell CELL_ID] [--verdicts FILE] [--eviction FILE] [--quiet]
 
 DIR is what `vtensor compare --out DIR` wrote (docs/compare-output.md); only DIR is read, so a
 comparison can be rendered again anywhere. The verdicts are not judged here: their wording is made
 once, by vtensor (tools/compare_verdict.hpp), which hands them over in --verdicts FILE (the
 "verdicts" object of summary.json's format); without it, summary.json's own "verdicts" are shown. `vtensor report DIR` runs this script with a Python
-that has matplotlib; `vtensor compare --report` does the same after the comparison.
+that has matplotlib; `vtensor compare --report` does the same after the comparison. The eviction
+analysis (arms that differ only in their eviction order: tools/compare_eviction.hpp) comes the
+same way, in --eviction FILE (summary.json's "eviction" format), else from summary.json; without
+one, the report has no eviction section and no eviction figure.
 
 Note [Report figures over several cells]
 A comparison multiplies arms by axes (memory budgets, time scales, kernel-factor sets, traces), so
@@ -19,6 +22,9 @@ a figure either spans every cell or shows one. The defaults:
     every cause but cold, which no policy can avoid); a row of cells per value of the other axes
     when each has the same few memory budgets, else three cells to a row.
   - throughput_preemptions: every point, grouped bars (one group per cell, one bar per arm).
+  - eviction_hit_rate_vs_memory (only with eviction groups): every cell. One panel per eviction
+    group and value of the other axes, one line per eviction order, LRU (the floor) and the
+    ceiling drawn thick, the cell's offline and infinite bounds dashed.
   - memory_over_time, memory_breakdown, ttft_cdf, tpot_cdf, reuse_distance, cached_lifetime:
     one cell, the focus cell: the first cell of summary.json (the first value of every axis, as
     given on the command line), or the one named by --cell. Drawing these for every cell would
@@ -69,6 +75,7 @@ FIGURE_NAMES = [
     "reuse_distance",
     "cached_lifetime",
 ]
+EVICTION_FIGURE = "eviction_hit_rate_vs_memory"  # drawn only when the comparison has eviction groups
 
 
 class InputError(Exception):
@@ -154,9 +161,13 @@ def reduce_rows(rows):
 class Comparison:
     """summary.json indexed: arms in order, cells in order, the point of each arm at each cell."""
 
-    def __init__(self, directory, summary, focus_cell, verdicts=None):
+    def __init__(self, directory, summary, focus_cell, verdicts=None, eviction=None):
         self.directory = directory
         self.summary = summary
+        # The eviction groups (summary.json's "eviction"); [] when there are none.
+        self.eviction = eviction if eviction is not None else summary.get("eviction") or []
+        if not isinstance(self.eviction, list):
+            raise InputError("eviction: not a list of groups")
         # (arm, cell id) -> verdict text; None when neither --verdicts nor summary.json has them.
         self.verdicts = verdicts if verdicts is not None else summary.get("verdicts")
         if self.verdicts is not None and (not isinstance(self.verdicts, dict) or
@@ -185,6 +196,14 @@ class Comparison:
             for key in ("id", "summary", "hit_rate"):
                 need(p, key, f"point {p.get('id')}")
             self.points[(arm, cell)] = p
+        for g in self.eviction:
+            for key in ("policy", "arms", "floor", "ceiling", "ceiling_kind", "cells"):
+                need(g, key, "eviction[]")
+            for e in g["cells"]:
+                if need(e, "cell", "eviction[].cells[]") not in self.cell_by_id:
+                    raise InputError(f"eviction: unknown cell \"{e['cell']}\"")
+                for key in ("hit_rate", "gap_closed", "offline_bound", "infinite_bound", "ceiling_hit_rate"):
+                    need(e, key, "eviction[].cells[]")
         if focus_cell is None:
             focus_cell = self.cells[0]["id"]
         if focus_cell not in self.cell_by_id:
@@ -613,6 +632,64 @@ def fig_histogram(c, fw, colors, name, key, xlabel, title):
     fw.save(name, fig, {"cell": cell["id"], "series": series})
 
 
+def fig_eviction(c, fw, colors):
+    """Per eviction group and value of the axes other than memory: hit rate against memory, one line
+    per order, the floor (LRU) and the ceiling thick, the cell's bounds dashed."""
+    panels = []
+    for g in c.eviction:
+        by_cell = {e["cell"]: e for e in g["cells"]}
+        for first, cells in c.groups():
+            cells = [cell for cell in cells if cell["id"] in by_cell]
+            if cells:
+                panels.append((g, first, sorted(cells, key=lambda cell: (is_unlimited(cell),
+                                                                         cell.get("memory_bytes") or 0))))
+    ncols, nrows = grid(len(panels), 2)
+    fig, axes = fw.plt.subplots(nrows, ncols, figsize=(5.2 * ncols + 2.2, 3.8 * nrows), squeeze=False, sharey=True)
+    data = []
+    for pi, (g, first, cells) in enumerate(panels):
+        ax = axes[pi // ncols][pi % ncols]
+        by_cell = {e["cell"]: e for e in g["cells"]}
+        pos = memory_positions(cells)
+        xs = [pos[cell["id"]] for cell in cells]
+        entry = {"policy": g["policy"], "floor": g["floor"], "ceiling": g["ceiling"],
+                 "ceiling_kind": g["ceiling_kind"], "axes": {a: first.get(a) for a in c.group_axes()},
+                 "cells": [cell["id"] for cell in cells], "memory": [cell.get("memory") for cell in cells],
+                 "memory_bytes": [cell.get("memory_bytes") for cell in cells], "series": [],
+                 "offline_bound": [by_cell[cell["id"]]["offline_bound"] for cell in cells],
+                 "infinite_bound": [by_cell[cell["id"]]["infinite_bound"] for cell in cells]}
+        bound_is_ceiling = g["ceiling"] is None
+        ax.plot(xs, entry["infinite_bound"], color="black", ls="--", lw=1.2, label="infinite bound")
+        ax.plot(xs, entry["offline_bound"], color="#7f7f7f", ls="--", lw=2.6 if bound_is_ceiling else 1.2,
+                label="offline bound" + (" (ceiling)" if bound_is_ceiling else ""))
+        for a in g["arms"]:
+            arm, order = need(a, "arm", "eviction[].arms[]"), need(a, "order", "eviction[].arms[]")
+            ys = [by_cell[cell["id"]]["hit_rate"].get(arm) for cell in cells]
+            gaps = [by_cell[cell["id"]]["gap_closed"].get(arm) for cell in cells]
+            entry["series"].append({"arm": arm, "order": order, "hit_rate": ys, "gap_closed": gaps})
+            role = " (lru, floor)" if arm == g["floor"] else " (offline, ceiling)" if arm == g["ceiling"] else \
+                f" ({order})"
+            thick = arm in (g["floor"], g["ceiling"])
+            ax.plot([x for x, y in zip(xs, ys) if finite(y)], [y for y in ys if finite(y)], color=colors[arm],
+                    marker="o", ms=5 if thick else 3.5, lw=2.8 if thick else 1.1, zorder=3 if thick else 2,
+                    label=arm + role)
+        ticks = sorted({pos[cell["id"]]: memory_text(cell).replace(" (", "\n(") for cell in cells}.items())
+        ax.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=7)
+        ax.set_xlim(min(t for t, _ in ticks) - 0.5, max(t for t, _ in ticks) + 0.5)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("memory budget (log scale)")
+        where = [c.axis_value(first, "trace")] + [f"{axis_label(a)} {c.axis_value(first, a)}"
+                                                  for a in c.group_axes() if a != "trace"]
+        ax.set_title(f"{g['policy']}: eviction orders, {', '.join(where)}", loc="left")
+        if pi % ncols == 0:
+            ax.set_ylabel("prefix hit rate")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+        data.append(entry)
+    for pi in range(len(panels), nrows * ncols):
+        axes[pi // ncols][pi % ncols].set_visible(False)
+    fig.tight_layout()
+    fw.save(EVICTION_FIGURE, fig, {"panels": data})
+
+
 def render_figures(c, plt, out_dir):
     fw = FigureWriter(plt, out_dir)
     colors = arm_colors(c)
@@ -627,7 +704,9 @@ def render_figures(c, plt, out_dir):
                   "Reuse distance of hits")
     fig_histogram(c, fw, colors, "cached_lifetime", "cached_lifetime_s", "lifetime of cached blocks (s)",
                   "Lifetime of cached blocks")
-    assert fw.written == FIGURE_NAMES, fw.written
+    if c.eviction:
+        fig_eviction(c, fw, colors)
+    assert fw.written == FIGURE_NAMES + ([EVICTION_FIGURE] if c.eviction else []), fw.written
     return fw.written
 
 
@@ -775,6 +854,9 @@ FIGURE_CAPTIONS = {
     "reuse_distance": "Reuse distance of cache hits (time since the block's previous use) per arm at the focus "
                       "cell: a cache that holds blocks this long catches these hits.",
     "cached_lifetime": "How long cached blocks stayed cached per arm at the focus cell.",
+    EVICTION_FIGURE: "Hit rate against the memory budget for each eviction order of a policy (arms that differ "
+                     "only in --eviction), LRU (the floor) and the ceiling (the group's offline arm, else the "
+                     "offline bound) drawn thick, with the cell's offline and infinite bounds dashed.",
 }
 
 
@@ -902,6 +984,9 @@ def render_html(c, figures):
                 f"<td>{fmt_value(total if finite(total) else None, '{:.0f}')}</td><td class=\"l\">{adds_up}</td></tr>\n")
         add("</table>\n")
 
+    if c.eviction:
+        render_eviction_html(c, add)
+
     add("<h2>Figures</h2>\n<p>Figures over one cell are drawn at the focus cell "
         f"({esc(c.cell_label(c.focus))}); <code>vtensor report DIR --cell ID</code> draws them at another.</p>\n")
     for name in figures:
@@ -924,6 +1009,43 @@ def render_html(c, figures):
         add(f"<p>Ran with {esc(s.get('jobs', '?'))} jobs in {esc(s.get('wall_seconds', '?'))} s wall.</p>\n")
     add("</body>\n</html>\n")
     return "".join(h)
+
+
+def render_eviction_html(c, add):
+    """The eviction section: per group, the share of the LRU-to-offline gap each order closes per cell."""
+    add("<h2 id=\"eviction\">Eviction orders</h2>\n<p>Arms that run the same policy with the same options but "
+        "for their eviction order (<code>--eviction</code>). Per cell, the share of the gap from LRU (the floor) "
+        "to the ceiling that each order closes: (hit &minus; LRU's) / (ceiling &minus; LRU's), 0 for LRU, 1 for "
+        "the ceiling, below 0 for an order worse than LRU; n/a where the ceiling is not above LRU (nothing to "
+        "close). The hit rate is below each share. Figure: <a href=\"#" + EVICTION_FIGURE + "\"><code>" +
+        EVICTION_FIGURE + "</code></a>.</p>\n")
+    for g in c.eviction:
+        cells = [c.cell_by_id[e["cell"]] for e in g["cells"]]
+        by_cell = {e["cell"]: e for e in g["cells"]}
+        ceiling = (f"the group's offline arm <b>{esc(g['ceiling'])}</b>" if g["ceiling"] is not None
+                   else "the cell's offline bound (the group has no offline arm)")
+        add(f"<h3>{esc(g['policy'])}</h3>\n<p>Floor: <b>{esc(g['floor'])}</b> (lru); ceiling: {ceiling}.</p>\n"
+            "<table>\n<tr><th class=\"l\">arm</th><th class=\"l\">order</th>")
+        for cell in cells:
+            parts = [c.axis_value(cell, "trace"), memory_text(cell)] + [
+                f"{axis_label(a)} {c.axis_value(cell, a)}" for a in c.group_axes() if a != "trace"]
+            add(f"<th>{esc(', '.join(parts))}</th>")
+        add("</tr>\n")
+        for a in g["arms"]:
+            arm = a["arm"]
+            emphasis = ' class="baseline"' if arm in (g["floor"], g["ceiling"]) else ""
+            add(f"<tr{emphasis}><td class=\"l\">{esc(arm)}</td><td class=\"l\">{esc(a['order'])}</td>")
+            for cell in cells:
+                e = by_cell[cell["id"]]
+                gap, hit = e["gap_closed"].get(arm), e["hit_rate"].get(arm)
+                add(f"<td>{'n/a' if not finite(gap) else f'{gap:.3f}'}<br><span class=\"ratio\">"
+                    f"{fmt_value(hit if finite(hit) else None, 'fraction')}</span></td>")
+            add("</tr>\n")
+        for key, label in (("offline_bound", "offline bound"), ("infinite_bound", "infinite bound")):
+            add(f"<tr><td class=\"l\">oracle</td><td class=\"l\">{label}</td>" + "".join(
+                f"<td><span class=\"ratio\">{fmt_value(by_cell[cell['id']][key], 'fraction')}</span></td>"
+                for cell in cells) + "</tr>\n")
+        add("</table>\n")
 
 
 # ---- writing -----------------------------------------------------------------------------------
@@ -950,6 +1072,8 @@ def main(argv):
     ap.add_argument("--cell", help="focus cell of the one-cell figures (a cell id of summary.json)")
     ap.add_argument("--verdicts", help="the verdicts to show, judged by vtensor (summary.json's \"verdicts\" format); "
                     "default: summary.json's own")
+    ap.add_argument("--eviction", help="the eviction groups to show, computed by vtensor (summary.json's \"eviction\" "
+                    "format); default: summary.json's own")
     ap.add_argument("--quiet", action="store_true", help="print nothing on success")
     args = ap.parse_args(argv)
     directory = args.dir
@@ -961,7 +1085,14 @@ def main(argv):
                     verdicts = json.load(f)
             except (OSError, ValueError) as e:
                 raise InputError(f"--verdicts {args.verdicts}: not readable JSON: {e}")
-        comparison = Comparison(directory, load_summary(directory), args.cell, verdicts)
+        eviction = None
+        if args.eviction is not None:
+            try:
+                with open(args.eviction, encoding="utf-8") as f:
+                    eviction = json.load(f)
+            except (OSError, ValueError) as e:
+                raise InputError(f"--eviction {args.eviction}: not readable JSON: {e}")
+        comparison = Comparison(directory, load_summary(directory), args.cell, verdicts, eviction)
         plt = setup_matplotlib()
         tmp = tempfile.mkdtemp(prefix=".report-", dir=directory)
         try:

@@ -1,5 +1,6 @@
 #include "tools/report_render.hpp"
 
+#include "tools/compare_eviction.hpp"
 #include "tools/compare_verdict.hpp"
 
 #include <fcntl.h>
@@ -233,6 +234,12 @@ int render_report(const fs::path& dir, const cli_streams& io, const report_optio
     } catch (const std::exception& error) {  // nlohmann's or judge()'s: the content is bad
       return fail(exit_usage, fmt::format("{}: no verdicts: {}", (dir / "summary.json").string(), error.what()));
     }
+    std::vector<eviction_group> eviction;
+    try {
+      eviction = eviction_groups(summary);
+    } catch (const std::exception&) {  // content the script then names (it checks the keys it reads)
+      eviction.clear();
+    }
 
     fs::path script;
     std::vector<std::string> tried;
@@ -272,6 +279,9 @@ int render_report(const fs::path& dir, const cli_streams& io, const report_optio
 
     const temp_file verdicts_file(verdicts);
     std::vector<std::string> argv{python, script.string(), "--quiet", "--verdicts", verdicts_file.path().string()};
+    const temp_file eviction_file(eviction_json(eviction).dump(2) + "\n");  // [] : no eviction section
+    argv.emplace_back("--eviction");
+    argv.push_back(eviction_file.path().string());
     if (options.cell) {
       argv.emplace_back("--cell");
       argv.push_back(*options.cell);

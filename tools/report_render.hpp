@@ -18,6 +18,8 @@
 // The verdicts (tools/compare_verdict.hpp) are judged here from DIR/summary.json and handed to the
 // script in a temporary file (--verdicts), so that the page says what the terminal table and
 // summary.json say, in the same words, and a folder saved before verdicts existed renders with them.
+// The eviction analysis (tools/compare_eviction.hpp) is computed here the same way and handed over
+// in --eviction FILE (an empty list when no arms differ only in their eviction order).
 //
 // The report is written whole or not at all: the script renders into a temporary folder inside DIR
 // and moves figures/ and report.html in only once everything is drawn (Note [Report written whole

@@ -3,10 +3,13 @@
 // checks that every image loads, that the page logs no console error and makes no network request,
 // and keeps a screenshot of the first screen under the build folder
 // (test-artefacts/report-first-screen.png). A second page, broken on purpose, shows that each check
-// can fail. Without a browser that starts (Debian's chromium: tools/install-deps.sh), the cases
+// can fail; the fixture with arms that differ only in --eviction shows the eviction figure loads
+// too. Without a browser that starts (Debian's chromium: tools/install-deps.sh), the cases
 // print BROWSER_SKIP and CTest reports them skipped (tests/CMakeLists.txt).
 
 #include "tools/report_render.hpp"
+
+#include "tests/support/eviction_fixture.hpp"
 
 #include <doctest/doctest.h>
 
@@ -71,10 +74,10 @@ fs::path build_dir() {
 }
 
 /// The browser check of `page`, its screenshot at `screenshot`.
-command_result check_in_browser(const fs::path& page, const fs::path& screenshot) {
+command_result check_in_browser(const fs::path& page, const fs::path& screenshot, int images = 9) {
   const fs::path script = fs::path(VTENSOR_SOURCE_DIR) / "tests" / "tools" / "report_in_browser.py";
-  return run_command("python3 " + quoted(script) + " " + quoted(page) + " " + quoted(screenshot) +
-                     " --expect-images 9");
+  return run_command("python3 " + quoted(script) + " " + quoted(page) + " " + quoted(screenshot) + " --expect-images " +
+                     std::to_string(images));
 }
 
 constexpr int k_browser_skip = 77;
@@ -105,6 +108,24 @@ TEST_SUITE("report") {
     const std::string head(std::istreambuf_iterator<char>(png), {});
     CHECK(head.compare(0, 8, std::string("\x89PNG\r\n\x1a\n", 8)) == 0);
     MESSAGE("screenshot of the report's first screen: " << screenshot.string());
+  }
+
+  TEST_CASE("report: in a real browser the eviction figure loads too (arms that differ only in --eviction)") {
+    const fixture_copy s("eviction");
+    vtensor::testing::add_eviction_arms(s.dir);
+    std::ostringstream out;
+    std::ostringstream err;
+    const int rendered = render_report(s.dir, {out, err});
+    INFO("stderr: " << err.str());
+    REQUIRE(rendered == exit_success);
+    const command_result r = check_in_browser(s.dir / "report.html", s.root / "eviction.png", 10);
+    if (r.code == k_browser_skip) {
+      MESSAGE(r.output);
+      return;
+    }
+    INFO("report_in_browser.py: " << r.output);
+    CHECK(r.code == 0);
+    CHECK(r.output.find("10 images, 10 loaded; 0 console errors; 0 network requests") != std::string::npos);
   }
 
   TEST_CASE("report: the browser check fails a page with a missing image, a console error and a network request") {

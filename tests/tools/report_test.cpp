@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tests/support/cli_run.hpp"
+#include "tests/support/eviction_fixture.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -289,6 +290,40 @@ TEST_SUITE("report") {
     // Nothing is left of the temporary folder.
     for (const auto& entry : fs::directory_iterator(s.dir))
       CHECK(entry.path().filename().string().rfind(".report-", 0) != 0);
+    // No arms differ only in their eviction order: no eviction section, no eviction figure.
+    CHECK(html.find("Eviction orders") == std::string::npos);
+    CHECK_FALSE(fs::exists(s.dir / "figures" / "eviction_hit_rate_vs_memory.png"));
+  }
+
+  TEST_CASE("report: arms that differ only in --eviction get the eviction figure and table") {
+    const scratch_dir s("eviction");
+    vtensor::testing::add_eviction_arms(s.dir);
+    REQUIRE(render(s.dir) == exit_success);
+    const std::string name = "eviction_hit_rate_vs_memory";
+    check_png(s.dir / "figures" / (name + ".png"));
+    check_svg(s.dir / "figures" / (name + ".svg"));
+    const json data = read_json(s.dir / "figures" / (name + ".json"));
+    REQUIRE(data.at("panels").size() == 1);  // one group, one trace, no other axis
+    const json& panel = data.at("panels")[0];
+    CHECK(panel.at("policy") == "paged");
+    CHECK(panel.at("floor") == "paged");
+    CHECK(panel.at("ceiling") == "paged-offline");
+    CHECK(panel.at("ceiling_kind") == "offline_arm");
+    CHECK(panel.at("cells") == json({k_cell8, k_cell32}));  // by budget
+    REQUIRE(arms_of(panel.at("series")) == std::vector<std::string>{"paged", "paged-fifo", "paged-offline"});
+    for (std::size_t c = 0; c < 2; ++c) {
+      CHECK(panel.at("series")[0].at("gap_closed")[c] == 0.0);
+      CHECK(panel.at("series")[1].at("gap_closed")[c].get<double>() == doctest::Approx(-0.5));  // -0.1 / 0.2
+      CHECK(panel.at("series")[2].at("gap_closed")[c] == 1.0);
+    }
+    CHECK(panel.at("offline_bound").size() == 2);
+    CHECK(panel.at("infinite_bound").size() == 2);
+
+    const std::string html = slurp(s.dir / "report.html");
+    CHECK(html.find("<h2 id=\"eviction\">Eviction orders</h2>") != std::string::npos);
+    CHECK(html.find("<img src=\"figures/" + name + ".png\"") != std::string::npos);
+    CHECK(html.find("-0.500") != std::string::npos);
+    CHECK(html.find("the group's offline arm <b>paged-offline</b>") != std::string::npos);
   }
 
   TEST_CASE("report: rendering again gives byte-identical files - and --cell moves the one-cell figures") {
