@@ -6,6 +6,7 @@
 #include "tools/cli.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -108,6 +109,57 @@ TEST_CASE("compare: bounds beside the arms, every hit rate within the infinite b
   // vtensor shares at finish only: its misses include ones the others never have.
   CHECK(r.err.find("oracle") != std::string::npos);
   CHECK(r.err.find("<= infinite") != std::string::npos);
+  // Three policies, no arms that differ only in their eviction order: no eviction analysis.
+  CHECK_FALSE(j.contains("eviction"));
+  CHECK(r.err.find("eviction: share") == std::string::npos);
+}
+
+// Three paged arms that differ only in --eviction, at a budget that evicts and unlimited
+// (docs/compare.md, "Eviction orders").
+TEST_CASE("compare: arms that differ only in --eviction get the share of the LRU-to-offline gap each closes") {
+  const auto r = run_cli({"compare", small_trace(), "--arm", "p-lru=paged", "--arm", "p-fifo=paged --eviction fifo",
+                          "--arm", "p-off=paged --eviction offline", "--memory", "2GiB,unlimited", "--max-requests",
+                          "120", "--no-wall", "--jobs", "2", "--json", "-"});
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.contains("eviction"));
+  REQUIRE(j["eviction"].size() == 1);
+  const auto& g = j["eviction"][0];
+  CHECK(g["policy"] == "paged");
+  CHECK(g["floor"] == "p-lru");
+  CHECK(g["ceiling"] == "p-off");
+  CHECK(g["ceiling_kind"] == "offline_arm");
+  CHECK(g["arms"] == nlohmann::json::parse(R"([{"arm": "p-lru", "order": "lru"}, {"arm": "p-fifo", "order": "fifo"},
+                                               {"arm": "p-off", "order": "offline"}])"));
+  REQUIRE(g["cells"].size() == 2);
+  const auto hit = [&](const std::string& arm, const std::string& cell) {
+    for (const auto& p : j["points"]) {
+      if (p["arm"] == arm && p["cell"] == cell) return p["hit_rate"].get<double>();
+    }
+    FAIL("no point " << arm << "@" << cell);
+    return 0.0;
+  };
+  const auto& evicts = g["cells"][0];  // 2 GiB: the offline order beats LRU there
+  const std::string cell = evicts["cell"];
+  CAPTURE(cell);
+  CHECK(evicts["memory"] == "2GiB");
+  REQUIRE(hit("p-off", cell) > hit("p-lru", cell));
+  CHECK(evicts["hit_rate"]["p-fifo"].get<double>() == hit("p-fifo", cell));
+  CHECK(evicts["gap_closed"]["p-lru"].get<double>() == 0.0);
+  CHECK(evicts["gap_closed"]["p-off"].get<double>() == 1.0);
+  CHECK(evicts["gap_closed"]["p-fifo"].get<double>() ==
+        doctest::Approx((hit("p-fifo", cell) - hit("p-lru", cell)) / (hit("p-off", cell) - hit("p-lru", cell))));
+  CHECK(evicts["offline_bound"] == j["cells"][0]["bounds"]["offline_hit_rate"]);
+  // Unlimited: nothing is evicted, every order hits the same, there is no gap to close.
+  const auto& unlimited = g["cells"][1];
+  CHECK(unlimited["memory_bytes"].is_null());
+  for (const char* arm : {"p-lru", "p-fifo", "p-off"}) CHECK(unlimited["gap_closed"][arm].is_null());
+  // The table after the main one says the same.
+  CHECK(r.err.find("eviction: share of the LRU-to-offline gap closed") != std::string::npos);
+  CHECK(r.err.find("ceiling p-off (the group's offline arm)") != std::string::npos);
+  CHECK(r.err.find(fmt::format("0.000 ({:.4f})", hit("p-lru", cell))) != std::string::npos);
+  CHECK(r.err.find(fmt::format("1.000 ({:.4f})", hit("p-off", cell))) != std::string::npos);
+  CHECK(r.err.find("n/a (") != std::string::npos);
 }
 
 TEST_CASE("compare: --out writes summary.json, arms.csv and every time series, and replaces a folder whole") {
