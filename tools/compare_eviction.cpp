@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -37,10 +38,13 @@ const json* policy_options(const json& point) {
   return &c["policy_options"];
 }
 
-// The eviction order a point ran ("lru leaves" -> "lru"); empty when it reports none.
+// The eviction order a point ran ("lru leaves" -> "lru"); a policy that names none runs the default,
+// lru (paged leaves it out with vLLM's free queue); empty without policy options.
 std::string order_of(const json& point) {
   const json* o = policy_options(point);
-  if (o == nullptr || !o->contains("eviction") || !(*o)["eviction"].is_string()) return {};
+  if (o == nullptr) return {};
+  if (!o->contains("eviction")) return "lru";
+  if (!(*o)["eviction"].is_string()) return {};
   const std::string name = (*o)["eviction"].get<std::string>();
   return name.substr(0, name.find(' '));
 }

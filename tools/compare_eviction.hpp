@@ -8,7 +8,8 @@
 // Note [Eviction groups]
 // An arm's eviction settings are what its points' summaries report: "config"."policy_options"
 // keys starting with "eviction" (the order's name, first word: radix says "lru leaves", and the
-// settings its order reads). Two arms belong to one group when their points, cell by cell, have
+// settings its order reads); a policy that names no order runs the default, lru (paged leaves it
+// out when it uses vLLM's free queue). Two arms belong to one group when their points, cell by cell, have
 // the same "config" once those keys are left out: the same policy with the same options, read from
 // what the replay resolved rather than from arm names or option texts. A group is reported when it
 // has two arms or more with at least two orders between them, one of them `lru` (the default

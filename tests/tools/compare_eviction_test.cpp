@@ -40,8 +40,8 @@ json paged(const std::string& eviction, int block_tokens = 16) {
   return {{"block_tokens", block_tokens}, {"eviction", eviction}};
 }
 
-// Arms lru, fifo, off (offline) and big (lru with other options) of paged, and radix (lru) at a
-// 2 GiB budget and unlimited; `with_offline` false leaves the offline arm out.
+// Arms lru (no order named), fifo, off (offline) and big (lru with other options) of paged, and
+// radix (lru) at a 2 GiB budget and unlimited; `with_offline` false leaves the offline arm out.
 json summary(bool with_offline) {
   json s;
   s["arms"] = json::array();
@@ -54,7 +54,8 @@ json summary(bool with_offline) {
     json options;
     double hit_2g, hit_unlimited;
   };
-  std::vector<arm> arms = {{"lru", "paged", paged("lru"), 0.2, 0.8},
+  // lru names no order, as paged with vLLM's free queue: the default, lru.
+  std::vector<arm> arms = {{"lru", "paged", json{{"block_tokens", 16}}, 0.2, 0.8},
                            {"fifo", "paged", paged("fifo"), 0.1, 0.8},
                            {"off", "paged", paged("offline"), 0.6, 0.8},
                            {"big", "paged", paged("lru", 32), 0.3, 0.8},
