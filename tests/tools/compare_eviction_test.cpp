@@ -117,7 +117,7 @@ TEST_CASE("compare eviction: arms that differ only in their eviction order form 
   CHECK(table.str().find("n/a (0.8000)") != std::string::npos);
 }
 
-TEST_CASE("compare eviction: without an offline arm the ceiling is the cell's offline bound; no group, no output") {
+TEST_CASE("compare eviction: without an offline arm the ceiling is the cell's offline bound - no group, no output") {
   const auto groups = vtt::eviction_groups(summary(false));
   REQUIRE(groups.size() == 1);
   CHECK_FALSE(groups[0].ceiling_arm.has_value());
