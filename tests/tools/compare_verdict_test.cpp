@@ -52,7 +52,7 @@ TEST_SUITE("compare") {
           "TPOT p99, preemptions");
   }
 
-  TEST_CASE("compare verdicts: losses after wins, the largest first; a baseline of 0 weighs most") {
+  TEST_CASE("compare verdicts: losses after wins, the largest first - a baseline of 0 weighs most") {
     const json summary = {{"baseline", "a"},
                           {"points",
                            {point("a", "c", 0.5, 1000.0, 10.0, 20.0, 5.0, 8.0, 0),
@@ -79,7 +79,7 @@ TEST_SUITE("compare") {
     CHECK(judge(summary, 0.0).at(0).losses.size() == 1);
   }
 
-  TEST_CASE("compare verdicts: a cell without the baseline gives none; a missing metric is named") {
+  TEST_CASE("compare verdicts: a cell without the baseline gives none - a missing metric is named") {
     json b = point("b", "c2", 0.5, 100.0, 10.0, 20.0, 5.0, 8.0, 0);
     json summary = {{"baseline", "a"},
                     {"points",
