@@ -41,7 +41,7 @@ std::vector<option_row<vtensor_settings>> vtensor_table() {
   table.push_back(choice_option("publish",
                                 "when a prompt's computed KV is shared through the prefix cache: release (when the "
                                 "request ends) or eager (after each step that computes part of it)",
-                                &s::publish, publish_moment::release, k_publish_moment_names));
+                                &s::publish, publish_moment::eager, k_publish_moment_names));
   table.push_back(choice_option("partial", "partial prefix page: " + k_partial_page_policy_names.list(" or "),
                                 &s::partial, partial_page_policy::cow, k_partial_page_policy_names));
   return table;
@@ -482,8 +482,7 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
                                       {"eviction", m.eviction.name}};
   for (const auto& [key, value] : own.items()) j[key] = value;
   describe_eviction_settings(j, m.eviction);
-  if (options_.publish != publish_moment::release)
-    j["publish"] = std::string(k_publish_moment_names.name(options_.publish));
+  j["publish"] = std::string(k_publish_moment_names.name(options_.publish));
   j["record_on_preempt"] = m.scheduler.record_on_preempt;
   return j;
 }

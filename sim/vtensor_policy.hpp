@@ -134,7 +134,7 @@ struct vtensor_settings {
   std::uint32_t create_ahead_chunks = 0;  ///< the worker keeps this many chunks created (0: off)
   bool pipeline = false;                  ///< pipelined admission (Note [Pipelined admission] in core/scheduler.cpp)
   eviction_config eviction;               ///< prefix-cache eviction order (without clock and oracle)
-  publish_moment publish = publish_moment::release;        ///< when computed KV is shared
+  publish_moment publish = publish_moment::eager;          ///< when computed KV is shared
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page
   worker_mode worker = worker_mode::automatic;             ///< where the worker runs its jobs
 };

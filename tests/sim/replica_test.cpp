@@ -287,6 +287,7 @@ class without_stretches final : public kv_policy {
   bool do_grow(request_id id, std::uint64_t tokens) override { return inner_->grow(id, tokens); }
   std::size_t do_decode(std::span<const request_id> ids) override { return inner_->decode(ids).grown(); }
   void do_release(request_id id, release_reason why) override { inner_->release(id, why); }
+  void do_computed(request_id id, std::uint64_t tokens) override { inner_->computed(id, tokens); }
   [[nodiscard]] kv_stats do_stats() const override { return inner_->stats(); }
   [[nodiscard]] kv_memory_view do_memory_view() const override { return inner_->memory_view(); }
   [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> do_vmm_calls() const override {
