@@ -54,7 +54,7 @@ TEST_CASE("replay golden: the first 100 Mooncake requests, unlimited memory and 
   CHECK(j["prompt_tokens"] == 1524742);
   CHECK(j["output_tokens"] == 36758);
   CHECK(j["prefix_hit_tokens"] == 50176);  // eager publication (the default): 2,560 more than at release
-  CHECK(j["steps"] == 971);  // pipelined admission (the default): arrivals during a step wait one more
+  CHECK(j["steps"] == 971);                // pipelined admission (the default): arrivals during a step wait one more
   CHECK(j["prefix_hit_rate"].get<double>() <= bound);
   CHECK(j["prefix_hit_rate"].get<double>() > bound - 0.005);
   CHECK_FALSE(j.contains("wall_seconds"));
