@@ -23,12 +23,6 @@ void run_mapping_job(vmm_backend& backend, const mapping_job& job) {
   }
 }
 
-namespace {
-thread_local bool t_on_worker = false;  // async_mapper::on_worker()
-}  // namespace
-
-bool async_mapper::on_worker() { return t_on_worker; }
-
 async_mapper::async_mapper(vmm_backend& backend, mutex& backend_mutex, bool inline_jobs)
     : backend_(backend), backend_mutex_(backend_mutex), chunk_bytes_(backend.chunk_bytes()), inline_(inline_jobs) {
   if (!inline_) thread_ = std::thread([this] { run(); });
@@ -64,12 +58,6 @@ void async_mapper::run_inline(std::uint64_t ticket, const mapping_job& job) {
   std::uint64_t charged = 0;
   std::exception_ptr error;
   {
-    struct worker_scope {  // the calls below are the worker's, also when one throws
-      worker_scope() { t_on_worker = true; }
-      ~worker_scope() { t_on_worker = false; }
-      worker_scope(const worker_scope&) = delete;
-      worker_scope& operator=(const worker_scope&) = delete;
-    } scope;
     const mutex_lock backend_lock(backend_mutex_);
     const std::uint64_t before = backend_.counters().total_time_ns();
     try {
@@ -303,7 +291,6 @@ std::size_t async_mapper::unmapped_failed() const {
 }
 
 void async_mapper::run() {
-  t_on_worker = true;
   for (;;) {
     std::pair<std::uint64_t, mapping_job> item;
     {

@@ -20,9 +20,10 @@
 /// `inline_jobs` the mapper runs every job on the calling thread as it is submitted, holding the
 /// backend lock once for the job: the schedule a thread would follow if it were infinitely fast,
 /// one of the schedules the threaded worker may already take. Tickets, failed jobs, kept errors
-/// and counters behave as with the thread; a wait never blocks. The calls still count as the
-/// worker's: on_worker() is true while a job runs (the accounting adaptor books by it). A real
-/// device keeps the thread, whose calls overlap the step's.
+/// and counters behave as with the thread; a wait never blocks. The calls still are the worker's:
+/// the mapper makes them through the backend it was given, the worker's view (Note [Whose call is
+/// it] in sim/accounting_backend.hpp), whichever thread runs the job. A real device keeps the
+/// thread, whose calls overlap the step's.
 
 #include <atomic>
 #include <cstdint>
@@ -86,7 +87,9 @@ struct async_counters {
 /// The worker. Created by the vmm_gate (core/vmm_gate.hpp) when asynchronous lookahead is on.
 class async_mapper {
  public:
-  /// With `inline_jobs`, no thread: each job runs in submit() (Note [Inline worker]).
+  /// Every job's calls go to `backend` (the worker's view, Note [Whose call is it] in
+  /// sim/accounting_backend.hpp). With `inline_jobs`, no thread: each job runs in submit() (Note
+  /// [Inline worker]).
   async_mapper(vmm_backend& backend, mutex& backend_mutex, bool inline_jobs = false);
   ~async_mapper();  ///< drains, then stops the thread
   async_mapper(const async_mapper&) = delete;
@@ -123,9 +126,6 @@ class async_mapper {
   [[nodiscard]] async_counters counters() const EXCLUDES(mutex_);
   /// Whether jobs run in submit() (Note [Inline worker]).
   [[nodiscard]] bool inline_jobs() const { return inline_; }
-  /// True on the worker thread, and on any thread while it runs an inline job: the calls it makes
-  /// to the backend are the worker's.
-  [[nodiscard]] static bool on_worker();
 
   /// The step thread takes the driver for a whole operation (Note [Driver hand-over]): until
   /// release_driver(), the worker starts no new driver call; the one in flight finishes first.

@@ -8,9 +8,9 @@
 
 namespace vtensor {
 
-manager::manager(vmm_backend& backend, manager_config config)
+manager::manager(backend_views backends, manager_config config)
     : geometry_(config.geometry),
-      scheduler_(backend, config.geometry, config.scheduler, make_eviction_order(config.eviction)) {}
+      scheduler_(backends, config.geometry, config.scheduler, make_eviction_order(config.eviction)) {}
 
 manager::~manager() {
   try {

@@ -79,9 +79,10 @@ class [[nodiscard]] round_lease {
 /// The manager. Does not own the backend, which must outlive it.
 class manager {
  public:
-  /// Throws std::invalid_argument for an unknown eviction policy or a backend whose granularity
-  /// is not the chunk size.
-  manager(vmm_backend& backend, manager_config config);
+  /// The step thread's calls go to `backends.step`, the mapping worker's to `backends.worker` (a
+  /// plain backend is both). Throws std::invalid_argument for an unknown eviction policy or a
+  /// backend whose granularity is not the chunk size.
+  manager(backend_views backends, manager_config config);
   /// Shuts down (see shutdown()); errors there are swallowed, call shutdown() to see them.
   ~manager();
   manager(const manager&) = delete;

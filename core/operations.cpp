@@ -17,14 +17,15 @@ namespace vtensor {
 // be read, so the copy maps it at a scratch address, sets access, copies and unmaps. Those VMM
 // calls are charged on the simulated device too, so that simulated time shows what a copy costs.
 
-operations::operations(vmm_backend& backend, const kv_geometry& geometry, std::uint64_t vtensor_bytes,
+operations::operations(backend_views backends, const kv_geometry& geometry, std::uint64_t vtensor_bytes,
                        std::unique_ptr<eviction_order> eviction, std::size_t range_cache)
-    : gate_(backend),
+    : gate_(backends),
       geometry_(geometry),
-      pool_(gate_, backend.capacity_chunks()),
+      pool_(gate_, backends.step.capacity_chunks()),
       ranges_(gate_, vtensor_bytes, geometry_.chunk_bytes(), range_cache),
       maps_(gate_, pool_.records(), geometry_.chunk_bytes()),
       cache_(pool_.records(), std::move(eviction)) {
+  const vmm_backend& backend = backends.step;
   if (backend.granularity_bytes() != geometry_.chunk_bytes()) {
     throw std::invalid_argument(fmt::format("backend '{}' maps in {} byte units; vtensor needs {}", backend.name(),
                                             backend.granularity_bytes(), geometry_.chunk_bytes()));

@@ -42,9 +42,9 @@ struct operation_counters {
 class operations {
  public:
   /// `vtensor_bytes` is the size of every vTensor range; `range_cache` bounds how many freed
-  /// ranges are kept reserved for reuse. Throws std::invalid_argument when the backend does not
-  /// map in the geometry's chunks.
-  operations(vmm_backend& backend, const kv_geometry& geometry, std::uint64_t vtensor_bytes,
+  /// ranges are kept reserved for reuse; the worker, when on, uses `backends.worker`. Throws
+  /// std::invalid_argument when the backend does not map in the geometry's chunks.
+  operations(backend_views backends, const kv_geometry& geometry, std::uint64_t vtensor_bytes,
              std::unique_ptr<eviction_order> eviction, std::size_t range_cache);
   ~operations();
   operations(const operations&) = delete;

@@ -8,13 +8,13 @@
 
 namespace vtensor {
 
-scheduler::scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_config config,
+scheduler::scheduler(backend_views backends, kv_geometry geometry, scheduler_config config,
                      std::unique_ptr<eviction_order> eviction)
     : geometry_(std::move(geometry)),
       config_(config),
       vtensor_bytes_(geometry_.vtensor_bytes(config.max_context_tokens)),
       tensor_span_(geometry_.tensor_span_bytes(config.max_context_tokens)),
-      ops_(backend, geometry_, vtensor_bytes_, std::move(eviction), config.range_cache) {
+      ops_(backends, geometry_, vtensor_bytes_, std::move(eviction), config.range_cache) {
   if (config_.max_context_tokens == 0) throw std::invalid_argument("scheduler: max context tokens must be positive");
   if (config_.lookahead_batch == 0 || config_.lookahead_batch > std::max<std::uint32_t>(1, config_.lookahead_pages)) {
     throw std::invalid_argument(fmt::format("scheduler: lookahead batch {} must be between 1 and the lookahead ({})",

@@ -118,7 +118,7 @@ struct scheduler_counters {
 /// The scheduler.
 class scheduler {
  public:
-  scheduler(vmm_backend& backend, kv_geometry geometry, scheduler_config config,
+  scheduler(backend_views backends, kv_geometry geometry, scheduler_config config,
             std::unique_ptr<eviction_order> eviction);
   ~scheduler();
 

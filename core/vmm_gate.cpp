@@ -10,7 +10,7 @@ vmm_gate::~vmm_gate() = default;
 void vmm_gate::enable_async(bool inline_jobs) {
   if (mapper_) return;
   const mutex_lock lock(backend_mutex_);  // passing the backend on counts as using it (free: no worker yet)
-  mapper_ = std::make_unique<async_mapper>(backend_, backend_mutex_, inline_jobs);
+  mapper_ = std::make_unique<async_mapper>(worker_backend_, backend_mutex_, inline_jobs);
 }
 
 std::uint64_t vmm_gate::submit(mapping_job job) {
@@ -50,7 +50,14 @@ async_counters vmm_gate::async_stats() const { return mapper_ ? mapper_->counter
 
 vmm_counters vmm_gate::vmm_stats() const {
   const mutex_lock lock(backend_mutex_);
-  return backend_.counters();
+  vmm_counters c = backend_.counters();
+  if (one_view_) return c;
+  const vmm_counters& w = worker_backend_.counters();
+  for (std::size_t k = 0; k < k_vmm_call_kinds; ++k) {
+    c.calls[k] += w.calls[k];
+    c.time_ns[k] += w.time_ns[k];
+  }
+  return c;
 }
 
 std::optional<vmm_gate::idle_backend> vmm_gate::backend_if_idle() const {

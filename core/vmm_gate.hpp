@@ -2,7 +2,8 @@
 /// The one way to the VMM backend: its lock, the step thread's waits behind the worker, and the
 /// asynchronous mapping worker that shares the backend. Every driver call of the pool goes through
 /// here, as `vmm(lambda)` (one call, its wait counted) or `locked(lambda)` (several calls under one
-/// hold); nothing else names the backend.
+/// hold); nothing else names the backend. The worker issues its jobs through a view of its own
+/// (backend_views).
 /// Threads: the backend is guarded by `backend_mutex_` (checked by the clang build), which the
 /// worker takes too; the rest (the worker's handle, the wait counters) belongs to the step thread.
 
@@ -18,10 +19,24 @@
 
 namespace vtensor {
 
+/// The device as the pool's two callers reach it: the step thread's calls go through `step`, the
+/// mapping worker's jobs through `worker`, so that an adaptor may tell the two apart by the handle
+/// (Note [Whose call is it] in sim/accounting_backend.hpp). One backend serves as both when
+/// nothing needs them apart; two views must forward to one device, whose calls one lock serialises.
+struct backend_views {
+  /// One backend for both callers.
+  backend_views(vmm_backend& both) : step(both), worker(both) {}  // NOLINT(google-explicit-constructor)
+  backend_views(vmm_backend& step_view, vmm_backend& worker_view) : step(step_view), worker(worker_view) {}
+  vmm_backend& step;    ///< the step thread's calls
+  vmm_backend& worker;  ///< the mapping worker's jobs, on its thread or inline
+};
+
 /// The backend, its lock and the mapping worker (off until enable_async()).
 class vmm_gate {
  public:
-  explicit vmm_gate(vmm_backend& backend) : backend_(backend) {}
+  /// The step thread's calls go to `backends.step`; the worker is given `backends.worker`.
+  explicit vmm_gate(backend_views backends)
+      : backend_(backends.step), worker_backend_(backends.worker), one_view_(&backends.step == &backends.worker) {}
   ~vmm_gate();
   vmm_gate(const vmm_gate&) = delete;
   vmm_gate& operator=(const vmm_gate&) = delete;
@@ -93,7 +108,8 @@ class vmm_gate {
 
   // --- state ---
   [[nodiscard]] async_counters async_stats() const;
-  /// The backend's counters, read under the backend lock.
+  /// The device's counters, read under the backend lock: the step view's and, when it is another
+  /// backend, the worker view's added.
   [[nodiscard]] vmm_counters vmm_stats() const;
   /// Step-thread driver calls that found the worker holding the driver, and their wall time.
   [[nodiscard]] std::uint64_t lock_waits() const { return lock_waits_; }
@@ -109,7 +125,9 @@ class vmm_gate {
   [[nodiscard]] std::optional<idle_backend> backend_if_idle() const;
 
  private:
-  vmm_backend& backend_ GUARDED_BY(backend_mutex_);
+  vmm_backend& backend_ GUARDED_BY(backend_mutex_);         // the step thread's view
+  vmm_backend& worker_backend_ GUARDED_BY(backend_mutex_);  // the worker's view, handed to the mapper
+  const bool one_view_;                                     // backend_ and worker_backend_ are one object
   mutable mutex backend_mutex_;
   mutable std::uint64_t lock_waits_ = 0;    // step-thread waits for backend_mutex_ in vmm()
   mutable std::uint64_t lock_wait_ns_ = 0;  // their wall time

@@ -108,7 +108,7 @@ vtensor_policy::vtensor_policy(vtensor_policy_options options)
     : options_(std::move(options)),
       backend_owner_(make_accounted(options_)),
       backend_(static_cast<accounting_backend*>(backend_owner_.get())),
-      manager_(std::make_unique<manager>(*backend_owner_, options_.manager)),
+      manager_(std::make_unique<manager>(backend_->views(), options_.manager)),  // Note [Whose call is it]
       worker_call_ns_(backend_->price_ns(vmm_call::map) + backend_->price_ns(vmm_call::set_access)) {}
 
 vtensor_policy::~vtensor_policy() = default;
