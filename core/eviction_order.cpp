@@ -44,6 +44,11 @@ class history_order : public detail::ranked_order<Rank> {
     ++h_[slot].hits;
     this->rerank(slot);
   }
+  void on_refresh(cache_slot slot) override {  // recency only: lru as a touch, lfu counts no hit
+    this->unrank(slot);
+    h_[slot].last = ++clock_;
+    this->rerank(slot);
+  }
   [[nodiscard]] const use_history& history(cache_slot slot) const { return h_[slot]; }
 
  private:

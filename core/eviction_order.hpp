@@ -5,11 +5,13 @@
 /// Note [Eviction orders]
 /// A cache (the *host*) names its items by dense slots it assigns and reuses, and tells the order
 /// what happens to them:
-///   insert / insert_like -> (touch | set_candidate)* -> pop_victim or erase
+///   insert / insert_like -> (touch | refresh | set_candidate)* -> pop_victim or erase
 /// `insert` is an item entering the cache (not yet evictable); `insert_like` one that takes over
 /// another's history (an edge split in a tree: the new upper node inherits the lower one's
 /// recency and hits). `touch` is a use: a hit, or what the host counts as one (paged counts a
-/// block's release, as vLLM's free queue does). `set_candidate` says whether the item may be
+/// block's release, as vLLM's free queue does); `refresh` a walk that passes it without a use
+/// (a tree's insert re-walking a prefix: with eager publication a request re-inserts its own
+/// prompt after each prefill step, which must not count as reuse). `set_candidate` says whether the item may be
 /// evicted now (a tree: an unpinned leaf; paged: a block no request holds). `pop_victim` removes
 /// and returns the candidate to evict next; the host then frees the item and may reuse the slot.
 /// An order never evicts a non-candidate, and keeps the history of non-candidates (a pinned item
@@ -90,6 +92,10 @@ class eviction_order {
   virtual void resize(cache_slot slot, const cache_item& item) = 0;
   /// A use of `slot`.
   virtual void touch(cache_slot slot) = 0;
+  /// A walk that passes `slot` without using it (an insert re-walking a prefix its own request
+  /// holds): recency moves as for a touch, but it is not a use, so frequency orders (lfu, slru,
+  /// arc, s3-fifo) count nothing and cost-aware keeps its value.
+  virtual void refresh(cache_slot slot) = 0;
   /// Whether `slot` may be evicted now.
   virtual void set_candidate(cache_slot slot, bool candidate) = 0;
   /// Removes and returns the candidate to evict next; nullopt when there is none.

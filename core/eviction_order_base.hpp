@@ -43,6 +43,10 @@ class checked_order : public eviction_order {
     require_present(slot, "touch");
     on_touch(slot);
   }
+  void refresh(cache_slot slot) final {
+    require_present(slot, "refresh");
+    on_refresh(slot);
+  }
   void set_candidate(cache_slot slot, bool candidate) final {
     require_present(slot, "set_candidate");
     if (is_candidate(slot) == candidate) return;
@@ -76,6 +80,8 @@ class checked_order : public eviction_order {
   /// `slot`'s item changed from `old` (totals already updated).
   virtual void on_resize(cache_slot /*slot*/, const cache_item& /*old*/) {}
   virtual void on_touch(cache_slot slot) = 0;
+  /// A refresh (eviction_order::refresh): a touch by default, for the orders whose rank is recency alone.
+  virtual void on_refresh(cache_slot slot) { on_touch(slot); }
   /// `slot`'s candidacy changed to `candidate` (is_candidate() already says so).
   virtual void on_candidate(cache_slot slot, bool candidate) = 0;
   /// Unlinks and returns the next victim; called only when candidates() > 0.

@@ -66,6 +66,11 @@ class slru_order final : public checked_order {
     link(slot);
     rebalance(cached_tokens());
   }
+  void on_refresh(cache_slot slot) override {  // recency in its own segment, no promotion
+    unlink(slot);
+    s_[slot].r.first = ++clock_;
+    link(slot);
+  }
   void on_candidate(cache_slot slot, bool candidate) override {
     auto& set = cand_[s_[slot].prot ? 1 : 0];
     if (candidate) {
@@ -214,6 +219,12 @@ class arc_order final : public checked_order {
     list_tokens_[1] += item(slot).tokens;
     if (is_candidate(slot)) cand_[1].insert({s.r, slot});
   }
+  void on_refresh(cache_slot slot) override {  // recency in its own list, no move to T2
+    slot_state& s = s_[slot];
+    if (is_candidate(slot)) cand_[s.list].erase({s.r, slot});
+    s.r.first = ++clock_;
+    if (is_candidate(slot)) cand_[s.list].insert({s.r, slot});
+  }
   void on_candidate(cache_slot slot, bool candidate) override {
     auto& set = cand_[s_[slot].list];
     if (candidate) {
@@ -299,6 +310,7 @@ class s3fifo_order final : public checked_order {
   void on_touch(cache_slot slot) override {
     if (s_[slot].freq < 3) ++s_[slot].freq;
   }
+  void on_refresh(cache_slot /*slot*/) override {}  // not a use: the frequency stays
   void on_candidate(cache_slot slot, bool candidate) override {
     slot_state& s = s_[slot];
     if (candidate) {
@@ -440,6 +452,7 @@ class cost_aware_order final : public ranked_order<std::pair<double, std::uint64
     s_[slot].h = l_ + cost_per_token(item(slot));
     rerank(slot);
   }
+  void on_refresh(cache_slot /*slot*/) override {}  // not an access: H stays
   cache_slot on_pop_victim() override {
     const cache_slot v = ranked_order::on_pop_victim();
     l_ = std::max(l_, s_[v].h);

@@ -156,7 +156,7 @@ radix_path radix_tree::insert(std::span<const token_block> key) {
     }
     if (j == 0) return r;  // collision on the first block: nothing more can be cached here
     if (j < edge.size()) child = &split(*child, j);
-    order_->touch(child->slot);
+    order_->refresh(child->slot);  // a walk, not a use: Note [Eviction orders]
     r.nodes.push_back(child);
     if (collision) return r;
     n = child;

@@ -219,10 +219,16 @@ std::uint64_t radix_policy::match_edge(const node& n, const key_view& v, std::ui
 // (_match_prefix_helper, _insert_helper) and on nodes it creates (a split's new node too); the
 // eviction heap orders leaves by it. Wall time must not steer a simulation, and within one
 // simulated step many calls happen at the same instant, so the order (core/eviction_order.hpp)
-// is told of every creation (insert) and every walk (touch), in SGLang's order: its LRU orders
-// nodes exactly as SGLang's monotonic time would, with no ties. Other orders see the same events.
+// is told of every creation (insert) and every walk, in SGLang's order: a match's walk is a use
+// (touch), an insert's walk over what is already there a refresh (recency, not a use). Its LRU,
+// which treats both alike, orders nodes exactly as SGLang's monotonic time would, with no ties;
+// frequency orders count matches only.
 void radix_policy::touch(std::uint32_t id) {
   if (id != k_root) order_->touch(id);
+}
+
+void radix_policy::refresh(std::uint32_t id) {
+  if (id != k_root) order_->refresh(id);
 }
 
 void radix_policy::enter(std::uint32_t id) {
@@ -364,7 +370,7 @@ std::pair<std::uint32_t, std::uint64_t> radix_policy::insert(std::uint32_t from,
       update_evictable(leaf);
       return {leaf, limit};
     }
-    touch(c);
+    refresh(c);  // a walk over what is there: recency, not a use (Note [LRU clock])
     const std::uint64_t m = match_edge(nodes_[c], v, limit);
     if (m == nodes_[c].begin) break;
     duplicate_pages += (m - pos) / page_tokens_;

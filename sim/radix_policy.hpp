@@ -162,6 +162,7 @@ class radix_policy final : public pool_policy {
   std::uint32_t split(std::uint32_t id, std::uint64_t at);
   std::uint32_t new_node();
   void touch(std::uint32_t id);
+  void refresh(std::uint32_t id);
   void enter(std::uint32_t id);  // tells order_ of a new live node
   void inc_lock(std::uint32_t id);
   void dec_lock(std::uint32_t id);
