@@ -1066,6 +1066,17 @@ def install(tmp, directory):
     os.replace(os.path.join(tmp, "report.html"), os.path.join(directory, "report.html"))
 
 
+def load_optional_json(option, path):
+    """The JSON file `path` handed in by `option`, or None when the option was not given."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{option} {path}: not readable JSON: {e}")
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="the folder `vtensor compare --out DIR` wrote")
@@ -1078,20 +1089,8 @@ def main(argv):
     args = ap.parse_args(argv)
     directory = args.dir
     try:
-        verdicts = None
-        if args.verdicts is not None:
-            try:
-                with open(args.verdicts, encoding="utf-8") as f:
-                    verdicts = json.load(f)
-            except (OSError, ValueError) as e:
-                raise InputError(f"--verdicts {args.verdicts}: not readable JSON: {e}")
-        eviction = None
-        if args.eviction is not None:
-            try:
-                with open(args.eviction, encoding="utf-8") as f:
-                    eviction = json.load(f)
-            except (OSError, ValueError) as e:
-                raise InputError(f"--eviction {args.eviction}: not readable JSON: {e}")
+        verdicts = load_optional_json("--verdicts", args.verdicts)
+        eviction = load_optional_json("--eviction", args.eviction)
         comparison = Comparison(directory, load_summary(directory), args.cell, verdicts, eviction)
         plt = setup_matplotlib()
         tmp = tempfile.mkdtemp(prefix=".report-", dir=directory)
