@@ -29,7 +29,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <span>
 #include <string>
 #include <string_view>
