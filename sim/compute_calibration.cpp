@@ -14,7 +14,7 @@ namespace vtensor::sim {
 namespace {
 
 constexpr std::string_view k_format = "vtensor-compute-calibration";
-constexpr int k_version = 1;
+constexpr int k_version = 2;  // 2 added the layouts; version 1 files (no layouts) are read too
 
 // Reads one JSON document, naming the key of the first problem (Note [Compute calibration file]).
 class reader {
@@ -158,6 +158,24 @@ std::vector<double> compute_calibration::paged_ratios(std::uint32_t block) const
 
 double compute_calibration::paged_decode_factor(std::uint32_t block) const { return median(paged_ratios(block)); }
 
+std::vector<double> compute_calibration::layout_ratios(kv_layout layout) const {
+  std::vector<double> r;
+  if (layout == kv_layout::kv_split) return r;
+  const std::string name(to_string(layout));
+  for (const auto& p : decode) {
+    const auto it = p.layout_s.find(name);
+    if (it != p.layout_s.end()) r.push_back(it->second / p.contiguous_s);
+  }
+  return r;
+}
+
+std::optional<double> compute_calibration::layout_decode_factor(kv_layout layout) const {
+  if (layout == kv_layout::kv_split) return 1.0;
+  const std::vector<double> r = layout_ratios(layout);
+  if (r.empty()) return std::nullopt;
+  return median(r);
+}
+
 nlohmann::ordered_json compute_calibration::to_json() const {
   nlohmann::ordered_json j;
   j["format"] = k_format;
@@ -176,13 +194,21 @@ nlohmann::ordered_json compute_calibration::to_json() const {
   for (const auto& p : decode) {
     nlohmann::ordered_json paged = nlohmann::ordered_json::object();
     for (const auto& [b, s] : p.paged_s) paged[std::to_string(b)] = s;
-    pts.push_back({{"batch", p.batch},
-                   {"context", p.context},
-                   {"kv_bytes", p.kv_bytes},
-                   {"contiguous_s", p.contiguous_s},
-                   {"paged_s", paged}});
+    nlohmann::ordered_json point = {{"batch", p.batch},
+                                    {"context", p.context},
+                                    {"kv_bytes", p.kv_bytes},
+                                    {"contiguous_s", p.contiguous_s},
+                                    {"paged_s", paged}};
+    if (!p.layout_s.empty()) {
+      nlohmann::ordered_json by_layout = nlohmann::ordered_json::object();
+      for (const auto& l : layouts) {
+        if (const auto it = p.layout_s.find(l); it != p.layout_s.end()) by_layout[l] = it->second;
+      }
+      point["layout_s"] = by_layout;
+    }
+    pts.push_back(std::move(point));
   }
-  j["decode_attention"] = {{"block_tokens", block_tokens}, {"points", pts}};
+  j["decode_attention"] = {{"block_tokens", block_tokens}, {"layouts", layouts}, {"points", pts}};
   j["prefill_attention"] = prefill_attention;
   return j;
 }
@@ -198,9 +224,10 @@ compute_calibration compute_calibration_from_json(const nlohmann::json& j, const
     rd.fail("format", fmt::format("expected \"{}\", got {}", k_format, reader::describe(format)));
   }
   const nlohmann::json& version = rd.require(j, "", "version");
-  if (!version.is_number_integer() || version.get<std::int64_t>() != k_version) {
-    rd.fail("version", fmt::format("expected {}, got {}", k_version, reader::describe(version)));
+  if (!version.is_number_integer() || version.get<std::int64_t>() < 1 || version.get<std::int64_t>() > k_version) {
+    rd.fail("version", fmt::format("expected 1 to {}, got {}", k_version, reader::describe(version)));
   }
+  const bool has_layouts = version.get<std::int64_t>() >= 2;
   compute_calibration c;
   c.device = rd.string(j, "", "device");
   c.source = rd.string(j, "", "source");
@@ -225,7 +252,11 @@ compute_calibration compute_calibration_from_json(const nlohmann::json& j, const
     c.linear.push_back(p);
   }
   const nlohmann::json& dec = rd.object(j, "", "decode_attention");
-  rd.only(dec, "decode_attention", {"block_tokens", "points"});
+  if (has_layouts) {
+    rd.only(dec, "decode_attention", {"block_tokens", "layouts", "points"});
+  } else {
+    rd.only(dec, "decode_attention", {"block_tokens", "points"});
+  }
   const nlohmann::json& blocks = rd.array(dec, "decode_attention", "block_tokens");
   std::set<std::uint32_t> seen;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
@@ -235,11 +266,34 @@ compute_calibration compute_calibration_from_json(const nlohmann::json& j, const
     if (!seen.insert(b).second) rd.fail(key, fmt::format("{} appears twice", b));
     c.block_tokens.push_back(b);
   }
+  if (has_layouts) {
+    const nlohmann::json& names = rd.require(dec, "decode_attention", "layouts");
+    if (!names.is_array()) {
+      rd.fail("decode_attention.layouts", fmt::format("expected an array, got {}", reader::describe(names)));
+    }
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const std::string key = fmt::format("decode_attention.layouts[{}]", i);
+      const auto layout = names[i].is_string() ? kv_layout_from_string(names[i].get<std::string>()) : std::nullopt;
+      if (!layout || *layout == kv_layout::kv_split) {
+        rd.fail(key, fmt::format("expected kv-fused or token-major (kv-split is contiguous_s), got {}",
+                                 reader::describe(names[i])));
+      }
+      const std::string name(to_string(*layout));
+      if (std::find(c.layouts.begin(), c.layouts.end(), name) != c.layouts.end()) {
+        rd.fail(key, fmt::format("{} appears twice", name));
+      }
+      c.layouts.push_back(name);
+    }
+  }
   const nlohmann::json& pts = rd.array(dec, "decode_attention", "points");
   for (std::size_t i = 0; i < pts.size(); ++i) {
     const std::string where = fmt::format("decode_attention.points[{}]", i);
     if (!pts[i].is_object()) rd.fail(where, fmt::format("expected an object, got {}", reader::describe(pts[i])));
-    rd.only(pts[i], where, {"batch", "context", "kv_bytes", "contiguous_s", "paged_s"});
+    if (has_layouts) {
+      rd.only(pts[i], where, {"batch", "context", "kv_bytes", "contiguous_s", "paged_s", "layout_s"});
+    } else {
+      rd.only(pts[i], where, {"batch", "context", "kv_bytes", "contiguous_s", "paged_s"});
+    }
     decode_point p;
     p.batch = rd.count(pts[i], where, "batch");
     p.context = rd.count(pts[i], where, "context");
@@ -256,6 +310,16 @@ compute_calibration compute_calibration_from_json(const nlohmann::json& j, const
     }
     for (const std::uint32_t b : c.block_tokens) {
       if (p.paged_s.count(b) == 0) rd.fail(fmt::format("{}.paged_s.{}", where, b), "missing");
+    }
+    if (pts[i].contains("layout_s")) {  // a layout may be absent at a point (its pool did not fit)
+      const nlohmann::json& by_layout = rd.object(pts[i], where, "layout_s");
+      for (const auto& item : by_layout.items()) {
+        const std::string& k = item.key();
+        if (std::find(c.layouts.begin(), c.layouts.end(), k) == c.layouts.end()) {
+          rd.fail(where + ".layout_s." + k, "not one of decode_attention.layouts");
+        }
+        p.layout_s[k] = rd.positive(item.value(), where + ".layout_s." + k);
+      }
     }
     c.decode.push_back(std::move(p));
   }
@@ -275,7 +339,11 @@ compute_calibration load_compute_calibration(const std::string& path) {
 }
 
 attention_factors calibrated_factors(attention_factors set, kv_access access, const compute_calibration& calibration) {
-  if (access.paged) set.decode = calibration.paged_decode_factor(access.block_tokens);
+  if (access.paged) {
+    set.decode = calibration.paged_decode_factor(access.block_tokens);
+  } else if (access.layout != kv_layout::kv_split) {
+    if (const auto f = calibration.layout_decode_factor(access.layout)) set.decode = *f;
+  }
   return set;
 }
 

@@ -9,9 +9,10 @@
 ///      "device": "NVIDIA H200", "source": "vtensor calibrate --compute, ...",
 ///      "model": "llama-3-8b", "tp": 1, "copy_bandwidth": 4.3e12,
 ///      "linear": [{"tokens": 1, "seconds": 1.7e-3, "flops": 1.6e10, "bytes": 1.6e10}, ...],
-///      "decode_attention": {"block_tokens": [1, 16], "points": [
-///          {"batch": 8, "context": 2048, "kv_bytes": 6.7e7, "contiguous_s": 2.1e-5,
-///           "paged_s": {"1": 2.4e-5, "16": 2.2e-5}}, ...]},
+///      "decode_attention": {"block_tokens": [1, 16], "layouts": ["kv-fused", "token-major"],
+///          "points": [{"batch": 8, "context": 2048, "kv_bytes": 6.7e7, "contiguous_s": 2.1e-5,
+///           "paged_s": {"1": 2.4e-5, "16": 2.2e-5},
+///           "layout_s": {"kv-fused": 2.1e-5, "token-major": 2.6e-5}}, ...]},
 ///      "prefill_attention": "not measured: why"}
 ///
 /// `linear`: the linear layers of one whole step (every layer's QKV, O, gate-up and down
@@ -19,7 +20,10 @@
 /// (2 x weights x tokens) and the bytes (weights, activations in and out) they move; token counts
 /// strictly increasing. `decode_attention`: one layer's decode attention over `batch` requests
 /// of `context` tokens each, reading `kv_bytes` of K and V, with contiguous KV and behind a block
-/// table of each size in `block_tokens` (Note [Decode attention kernels], tools/gpu_compute.hpp).
+/// table of each size in `block_tokens` (Note [Decode attention kernels], tools/gpu_compute.hpp);
+/// `contiguous_s` reads kv-split pools, and `layout_s` the same kernel over the other layouts of
+/// `layouts` (Note [Layout addressing]), at the points where the layout's pool fit the GPU
+/// (token-major holds every layer: a point may lack it). Version 1 files have no layouts.
 /// Every number must be finite and positive, every key known; a bad file is refused naming the
 /// key (exit 2 in the CLI).
 ///
@@ -41,11 +45,15 @@
 /// kernel factor of a policy that reads KV through a block table (paged: its block size; radix:
 /// 1) becomes the median, over the measured points, of paged_s / contiguous_s for that block
 /// size (the measured size nearest to it, in log scale, when it was not measured); its prefill
-/// factor stays the selected set's. Rates measured for one model are applied to another by
+/// factor stays the selected set's. A contiguous policy in a layout other than kv-split (vtensor's
+/// kv-fused and token-major) gets the median, over the points that measured it, of layout_s /
+/// contiguous_s as its decode factor; a layout the file does not measure keeps the set's factor
+/// (1). Rates measured for one model are applied to another by
 /// size (FLOPs and bytes), an approximation the replay's config records (the file's model).
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +81,7 @@ struct decode_point {
   double kv_bytes = 0;                      ///< K and V bytes read
   double contiguous_s = 0;                  ///< median time, contiguous KV
   std::map<std::uint32_t, double> paged_s;  ///< by block tokens: median time behind a block table
+  std::map<std::string, double> layout_s;   ///< by layout name: median time, contiguous in that layout
 };
 
 /// A compute calibration (Note [Compute calibration file]).
@@ -84,6 +93,7 @@ struct compute_calibration {
   double copy_bandwidth = 0;                ///< device-to-device copy, bytes read + written per second
   std::vector<linear_point> linear;         ///< by tokens, increasing
   std::vector<std::uint32_t> block_tokens;  ///< block sizes measured
+  std::vector<std::string> layouts;         ///< contiguous layouts measured besides kv-split
   std::vector<decode_point> decode;         ///< decode attention
   std::string prefill_attention;            ///< why prefill attention is not measured
 
@@ -97,6 +107,11 @@ struct compute_calibration {
   [[nodiscard]] std::vector<double> paged_ratios(std::uint32_t block_tokens) const;
   /// Median of paged_ratios(): the decode kernel factor of a policy reading through such blocks.
   [[nodiscard]] double paged_decode_factor(std::uint32_t block_tokens) const;
+  /// layout_s / contiguous_s of every point that measured `layout` (empty for kv-split and for
+  /// a layout not measured).
+  [[nodiscard]] std::vector<double> layout_ratios(kv_layout layout) const;
+  /// Median of layout_ratios(); 1 for kv-split; nullopt for a layout the file does not measure.
+  [[nodiscard]] std::optional<double> layout_decode_factor(kv_layout layout) const;
   /// The file's JSON.
   [[nodiscard]] nlohmann::ordered_json to_json() const;
 };
@@ -114,7 +129,7 @@ struct compute_calibration {
 
 /// The kernel factors of a policy reading KV as `access` says, under a calibration: `set`'s,
 /// with the decode factor replaced by the measured one when the policy reads through a block
-/// table (Note [Measured step cost]).
+/// table or contiguously in a measured layout other than kv-split (Note [Measured step cost]).
 [[nodiscard]] attention_factors calibrated_factors(attention_factors set, kv_access access,
                                                    const compute_calibration& calibration);
 

@@ -42,6 +42,7 @@
 #include "backends/units.hpp"
 #include "backends/vmm_backend.hpp"
 #include "core/ids.hpp"
+#include "core/kv_geometry.hpp"
 #include "core/memory_stats.hpp"
 #include "sim/accounting_backend.hpp"
 
@@ -53,6 +54,9 @@ struct kv_request {
   std::span<const token_block> blocks;  ///< prefix identity of the prompt's leading tokens (may be empty)
   std::uint64_t prompt_tokens = 0;      ///< tokens to back now, at least 1
   std::uint64_t max_tokens = 0;         ///< tokens it may grow to (prompt + output)
+  /// A late admission (Note [Late admission] in sim/replica.hpp): when the request arrived,
+  /// after the previous step began; nullopt for every other admission.
+  std::optional<sim_us> late_arrival;
 };
 
 /// Outcome of admit().
@@ -87,11 +91,13 @@ struct memory_breakdown {
 };
 
 /// How a policy lays KV out for the attention kernels: contiguous per request (vtensor,
-/// vattention, static), or behind a block table of `block_tokens`-token blocks (paged, radix).
-/// The step cost applies the kernel factor of the layout (sim/kernel_factors.hpp).
+/// vattention, static) in one of vtensor's layouts, or behind a block table of
+/// `block_tokens`-token blocks (paged, radix). The step cost applies the kernel factor of the
+/// access (sim/kernel_factors.hpp; measured, sim/compute_calibration.hpp).
 struct kv_access {
-  bool paged = false;              ///< read through a block table
-  std::uint32_t block_tokens = 0;  ///< tokens per block when paged
+  bool paged = false;                      ///< read through a block table
+  std::uint32_t block_tokens = 0;          ///< tokens per block when paged
+  kv_layout layout = kv_layout::kv_split;  ///< contiguous: where a layer's K and V rows lie
   friend bool operator==(const kv_access&, const kv_access&) = default;
 };
 
@@ -280,6 +286,11 @@ class kv_policy {
   /// replica.hpp): a step's admissions decided while the step before it runs. run_replay() sets
   /// replica_config::pipeline from it.
   [[nodiscard]] bool pipelined() const { return do_pipelined(); }
+  /// With the pipeline, whether `r`, which arrived at `arrival` after the previous step began,
+  /// can be admitted for the step that begins now as though decided on its arrival, its first
+  /// prefill chunk's pages mapped before the step begins (Note [Late admission] in
+  /// replica.hpp). Only asks: admit() with r.late_arrival set does it. False by default.
+  [[nodiscard]] bool admits_late(const kv_request& r, sim_us arrival) const { return do_admits_late(r, arrival); }
   /// Adds the policy's part of a run's "config": "pipeline" (pipelined()) and
   /// "vmm_critical_path", which VMM time the step waits for (docs/metrics.md).
   void add_run_config(nlohmann::ordered_json& config) const {
@@ -332,6 +343,7 @@ class kv_policy {
   [[nodiscard]] virtual nlohmann::ordered_json do_describe() const = 0;
   virtual void do_check_invariants() const {}
   [[nodiscard]] virtual bool do_pipelined() const { return false; }
+  [[nodiscard]] virtual bool do_admits_late(const kv_request& /*r*/, sim_us /*arrival*/) const { return false; }
   /// What replays have always reported for a policy without a mapping worker of its own (paged,
   /// radix, static): the words of the default vtensor settings, kept so that outputs stay the same.
   [[nodiscard]] virtual std::string_view do_vmm_critical_path() const { return k_critical_path_lookahead_worker; }

@@ -159,11 +159,15 @@ void replica::admit_waiting(std::uint32_t& budget) {
   bool any_prefill = std::any_of(batch_.begin(), batch_.end(), [](const batch_entry& e) { return !e.decode; });
   while (!waiting_.empty() && running_.size() < config_.max_running && budget > 0) {
     live_request& r = *waiting_.front();
-    if (pipelined_ && r.arrival > last_step_start_) break;  // Note [Pipelined admission in the replica]
     const std::uint64_t target = std::uint64_t{r.prompt} + r.generated;
     const std::uint64_t max_tokens = std::max(target, std::uint64_t{r.prompt} + r.output);
+    kv_request req{request_id{r.id}, r.blocks, target, max_tokens, std::nullopt};
+    if (pipelined_ && r.arrival > last_step_start_) {           // Note [Pipelined admission in the replica]
+      if (!policy_.admits_late(req, sim_us{r.arrival})) break;  // Note [Late admission]
+      req.late_arrival = sim_us{r.arrival};
+    }
     if (config_.order_clock != nullptr) config_.order_clock->next_request = r.id;
-    const kv_admit_result a = policy_.admit({request_id{r.id}, r.blocks, target, max_tokens});
+    const kv_admit_result a = policy_.admit(req);
     if (!a.admitted) {
       if (running_.empty()) {
         auto rejected = std::move(waiting_.front());

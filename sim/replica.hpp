@@ -63,6 +63,20 @@
 /// step after an idle spell (nothing ran) admits as without the pipeline; when nothing is
 /// running and only later arrivals wait, the replica idles one microsecond and starts such a step.
 ///
+/// Note [Late admission]
+/// Waiting a whole step costs a request that arrives during step N the length of step N+1, which
+/// at light load is most of its TTFT's difference from a policy that admits at each boundary
+/// (paged). A scheduler thread that looks at the queue again when a request arrives can still
+/// decide it for step N+1, provided its pages are mapped by the time step N ends. So a later
+/// arrival (FCFS order kept) asks the policy (kv_policy::admits_late()): the vtensor policy
+/// answers from its model of the window (Note [Mapping worker model]) whether the admission's
+/// step-thread calls, made from the arrival on, and then the worker's maps of its first prefill
+/// chunk would end by the boundary, at the price of an upper bound on the pages (those of the
+/// whole first chunk, as if nothing were cached) and on the calls (a reserve, and a create for
+/// every chunk the free pool lacks). If yes the request is admitted now as decided at its
+/// arrival, and whatever the bound missed is still charged as an admission wait; if not it, and
+/// everything behind it, waits for the next step as before. `--late-admission false` turns it off.
+///
 /// Note [Requests longer than the context]
 /// A request needs prompt + output tokens of context. Beyond `max_context_tokens`, `reject`
 /// counts it rejected and skips it; `truncate` keeps the prompt's first max_context - output

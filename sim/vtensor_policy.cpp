@@ -36,6 +36,10 @@ std::vector<option_row<vtensor_settings>> vtensor_table() {
                       "pipelined admission: a step's admissions are decided while the previous step runs, the "
                       "policy maps them and unmaps releases on the worker (true/false)",
                       &s::pipeline, true),
+      truth_option<s>("late-admission",
+                      "with the pipeline, admit a request that arrives during a step for the next one when "
+                      "the worker can map its first prefill chunk before that step begins (true/false)",
+                      &s::late_admission, true),
   };
   for (auto& row : eviction_options(&s::eviction)) table.push_back(std::move(row));
   table.push_back(choice_option("publish",
@@ -71,6 +75,7 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o, const vtensor
       s.worker == worker_mode::inline_jobs || (s.worker == worker_mode::automatic && backend_is_simulated(o.backend));
   v.manager.eviction = eviction_for(o, s.eviction);
   v.publish = s.publish;
+  v.late_admission = s.pipeline && s.late_admission;
   return v;
 }
 
@@ -91,7 +96,7 @@ policy_definition<vtensor_settings> vtensor_definition() {
   d.make = [](const kv_policy_options& o, const vtensor_settings& s) {
     return std::make_unique<vtensor_policy>(vtensor_options(o, s));
   };
-  d.access = [](const kv_policy_options&, const vtensor_settings&) { return kv_access{}; };
+  d.access = [](const kv_policy_options&, const vtensor_settings& v) { return kv_access{false, 0, v.layout}; };
   // With --partial recompute only whole pages are reused (Note [Copy-on-write of a partial
   // prefix page] in core/operations.cpp); with cow every cached token is.
   d.sharing = [](const kv_policy_options& o, const vtensor_settings& s) {
@@ -239,9 +244,11 @@ void vtensor_policy::do_advance_to(sim_us at) {
 // ran (`pipelined`): its step-thread calls were made then, off the clock, its jobs went to the
 // worker from there. After an idle spell: its calls are on the clock and its jobs start now.
 // Either way the step that computes its first chunk waits for the jobs that chunk needs.
-void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, bool pipelined) {
+void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, bool pipelined,
+                                          std::optional<sim_ns> decided) {
   sim_ns start{};
   if (pipelined) {
+    if (decided) window_cpu_ = std::max(window_cpu_, *decided);  // Note [Late admission]
     const sim_ns calls = step_model_time() - clock_.booked;
     clock_.booked += calls;
     booked_calls_ = step_calls();
@@ -283,6 +290,24 @@ void vtensor_policy::take_carry() {
   carry_ = sim_ns{0};
 }
 
+// Note [Late admission] in sim/replica.hpp: the window's clocks, an upper bound on the step
+// thread's calls (a reserve, a create per chunk the free pool lacks) and on the worker's maps
+// (every page of the first prefill chunk, as if nothing were cached).
+bool vtensor_policy::do_admits_late(const kv_request& r, sim_us arrival) const {
+  if (!options_.late_admission || !pipelined_window_) return false;
+  const kv_geometry& g = manager_->geometry();
+  const std::uint64_t chunk = options_.manager.scheduler.pipeline_chunk_tokens;
+  const std::uint64_t first_tokens = chunk > 0 ? std::min(r.prompt_tokens, chunk) : r.prompt_tokens;
+  const std::uint64_t chunks = g.pages_for_tokens(first_tokens) * g.tensors();
+  const std::uint64_t pooled = manager_->memory().free_pool_bytes / g.chunk_bytes();
+  std::uint64_t calls_ns = backend_->price_ns(vmm_call::reserve);
+  if (chunks > pooled) calls_ns += backend_->price_ns(vmm_call::create, chunks - pooled);
+  const sim_ns cpu = std::max(window_cpu_, std::chrono::duration_cast<sim_ns>(arrival)) + sim_ns{calls_ns};
+  const sim_ns done = std::max(window_worker_, cpu) + sim_ns{backend_->price_ns(vmm_call::map, chunks) +
+                                                             backend_->price_ns(vmm_call::set_access, chunks)};
+  return done <= now();
+}
+
 kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
   take_carry();
   const create_result c = manager_->create(r.id, r.blocks, r.prompt_tokens, r.max_tokens);
@@ -293,7 +318,7 @@ kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
         return {};
       }
       ++live_;
-      model_pipeline_admit(r.id, c.effects, false);
+      model_pipeline_admit(r.id, c.effects, false, std::nullopt);
       return {true, c.hit_tokens, c.cow_bytes};
     }
     if (!c.ok()) {  // decided while the previous step ran too: its calls (eviction, creates) were off the clock
@@ -304,7 +329,12 @@ kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
       return {};
     }
     ++live_;
-    model_pipeline_admit(r.id, c.effects, true);
+    std::optional<sim_ns> decided;
+    if (r.late_arrival) {
+      decided = std::chrono::duration_cast<sim_ns>(*r.late_arrival);
+      ++late_admissions_;
+    }
+    model_pipeline_admit(r.id, c.effects, true, decided);
     return {true, c.hit_tokens, c.cow_bytes};
   }
   book_step_calls();
@@ -484,6 +514,7 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
   describe_eviction_settings(j, m.eviction);
   j["publish"] = std::string(k_publish_moment_names.name(options_.publish));
   j["record_on_preempt"] = m.scheduler.record_on_preempt;
+  j["late_admission"] = options_.late_admission;
   return j;
 }
 
@@ -508,6 +539,7 @@ void vtensor_policy::do_extra_figures(nlohmann::ordered_json& m) const {
   m["contention_us"] = us(contention_);
   m["prompt_rest_waits"] = rest_waits_;
   m["prompt_rest_wait_us"] = us(rest_wait_time_);
+  m["late_admissions"] = late_admissions_;
 }
 
 }  // namespace vtensor::sim

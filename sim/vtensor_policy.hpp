@@ -133,6 +133,7 @@ struct vtensor_settings {
   bool async_lookahead = true;            ///< lookahead mapped by the worker (when lookahead_pages > 0)
   std::uint32_t create_ahead_chunks = 0;  ///< the worker keeps this many chunks created (0: off)
   bool pipeline = false;                  ///< pipelined admission (Note [Pipelined admission] in core/scheduler.cpp)
+  bool late_admission = false;            ///< with the pipeline: Note [Late admission] in sim/replica.hpp
   eviction_config eviction;               ///< prefix-cache eviction order (without clock and oracle)
   publish_moment publish = publish_moment::eager;          ///< when computed KV is shared
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page
@@ -146,6 +147,7 @@ struct vtensor_policy_options {
   manager_config
       manager;  ///< geometry (model x layout), scheduler (context, lookahead, async, cow|recompute), eviction
   publish_moment publish = publish_moment::release;  ///< when computed KV is shared
+  bool late_admission = false;  ///< with the pipeline, admit later arrivals that fit the window (Note [Late admission])
 };
 
 /// The policy's options for the shared `options` and its own `settings`.
@@ -182,6 +184,7 @@ class vtensor_policy final : public kv_policy {
     std::uint64_t contention_ns = 0;      ///< the time they waited behind the worker's call
     std::uint64_t rest_waits = 0;         ///< steps that waited for the rest of a prompt's pages
     std::uint64_t rest_wait_ns = 0;       ///< the time they waited
+    std::uint64_t late_admissions = 0;    ///< admissions decided on a later arrival (Note [Late admission])
   };
   /// The pipeline's figures.
   [[nodiscard]] pipeline_report pipeline_figures() const {
@@ -192,7 +195,8 @@ class vtensor_policy final : public kv_policy {
             contended_,
             static_cast<std::uint64_t>(contention_.count()),
             rest_waits_,
-            static_cast<std::uint64_t>(rest_wait_time_.count())};
+            static_cast<std::uint64_t>(rest_wait_time_.count()),
+            late_admissions_};
   }
 
  private:
@@ -218,9 +222,11 @@ class vtensor_policy final : public kv_policy {
   void do_settle() override { manager_->settle(); }
   [[nodiscard]] std::optional<vmm_split_report> do_vmm_report() const override { return report(); }
   [[nodiscard]] std::string do_name() const override { return "vtensor"; }
+  [[nodiscard]] kv_access do_access() const override { return {false, 0, manager_->geometry().layout()}; }
   [[nodiscard]] nlohmann::ordered_json do_describe() const override;
   void do_check_invariants() const override { manager_->check_invariants(); }
   [[nodiscard]] bool do_pipelined() const override { return pipeline(); }
+  [[nodiscard]] bool do_admits_late(const kv_request& r, sim_us arrival) const override;
   [[nodiscard]] std::string_view do_vmm_critical_path() const override;
   void do_extra_figures(nlohmann::ordered_json& vmm_model) const override;
   [[nodiscard]] bool do_free_pool_on_wall_time() const override {
@@ -236,8 +242,9 @@ class vtensor_policy final : public kv_policy {
   void book_step_calls();  // adds the step thread's new calls to the clock (Note [Driver contention])
   [[nodiscard]] std::uint64_t step_calls() const;  // step-thread calls so far
   [[nodiscard]] bool pipeline() const { return options_.manager.scheduler.pipeline; }
-  void model_pipeline_admit(request_id id, const op_effects& fx, bool pipelined);  // Note [Mapping worker model]
-  void do_release_model(const op_effects& fx);                                     // a release's unmaps on the worker
+  // Note [Mapping worker model]; `decided`: a late admission's arrival (Note [Late admission])
+  void model_pipeline_admit(request_id id, const op_effects& fx, bool pipelined, std::optional<sim_ns> decided);
+  void do_release_model(const op_effects& fx);  // a release's unmaps on the worker
   void take_carry();  // books a wait for the rest of a prompt's pages (Note [Mapping worker model])
   void wait_for(request_id id, std::uint64_t ticket, sim_ns from);  // a modelled wait, from `from`, for job `ticket`
   void submit(request_id id, const op_effects& fx);                 // the job a call handed to the worker
@@ -269,7 +276,7 @@ class vtensor_policy final : public kv_policy {
   sim_ns unmap_call_{};                      // the mean backend call (one run's unmap) in it
   std::vector<build_job> build_jobs_;        // jobs handed out in this step build, in order
   sim_ns hidden_{}, admission_wait_time_{}, release_time_{}, contention_{};
-  std::uint64_t admission_waits_ = 0, contended_ = 0, rest_waits_ = 0;
+  std::uint64_t admission_waits_ = 0, contended_ = 0, rest_waits_ = 0, late_admissions_ = 0;
   std::vector<sim_ns> rest_due_;  // ends of the jobs with the rest of the prompts admitted this step
   sim_ns carry_{};                // the next step's wait for them, booked at its first call
   sim_ns rest_wait_time_{};

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <ctime>
 #include <stdexcept>
+#include <utility>
 
+#include "core/kv_geometry.hpp"
 #include "core/model_presets.hpp"
 #include "traces/atomic_output_file.hpp"
 
@@ -129,19 +131,29 @@ void measure_linear(gpu_compute& gpu, const compute_options& opt, const model_sh
   }
 }
 
-// (b) Decode attention, one layer: contiguous and paged KV, same kernel.
+// The layouts timed besides kv-split (the contiguous column), as the calibration names them.
+constexpr std::pair<kv_addressing, kv_layout> k_other_layouts[] = {
+    {kv_addressing::kv_fused, kv_layout::kv_fused}, {kv_addressing::token_major, kv_layout::token_major}};
+
+// (b) Decode attention, one layer: contiguous KV in each layout and paged KV, same kernel
+// (Note [Layout addressing]). A token-major pool holds every layer, so its larger points may not
+// fit the GPU: a layout is timed where its pool takes at most half the device memory.
 void measure_decode(gpu_compute& gpu, const compute_options& opt, const model_shapes& m, sim::compute_calibration& cal,
                     const cli_streams& io) {
   const std::uint32_t q_heads = m.q_heads;
   const std::uint32_t kv_heads = m.kv_heads;
   cal.block_tokens = opt.block_tokens;
+  for (const auto& [a, layout] : k_other_layouts) cal.layouts.emplace_back(to_string(layout));
+  const std::uint64_t pool_cap = gpu.memory_bytes() / 2;
   io.out << fmt::format(
-      "\nDecode attention, one layer, median of {}: achieved K+V bandwidth (TB/s) and paged / "
-      "contiguous time\n\n| batch | context | KV MiB | contiguous us | TB/s | % of copy |",
-      opt.reps);
-  for (const auto b : opt.block_tokens) io.out << fmt::format(" paged {} us | ratio {} |", b, b);
+      "\nDecode attention, one layer, median of {}: achieved K+V bandwidth (TB/s) of contiguous kv-split KV, "
+      "and each other access's time and its ratio to it (paged pools kv-split; token-major pools hold all {} "
+      "layers, timed up to {:.0f} GiB)\n\n| batch | context | KV MiB | kv-split us | TB/s | % of copy |",
+      opt.reps, m.layers, static_cast<double>(pool_cap) / (1u << 30));
+  for (const auto b : opt.block_tokens) io.out << fmt::format(" paged {} us | ratio |", b);
+  for (const auto& l : cal.layouts) io.out << fmt::format(" {} us | ratio |", l);
   io.out << "\n| ---: | ---: | ---: | ---: | ---: | ---: |";
-  for (std::size_t i = 0; i < opt.block_tokens.size(); ++i) io.out << " ---: | ---: |";
+  for (std::size_t i = 0; i < opt.block_tokens.size() + cal.layouts.size(); ++i) io.out << " ---: | ---: |";
   io.out << "\n";
   for (const std::uint32_t batch : opt.batches) {
     for (const std::uint32_t context : opt.contexts) {
@@ -158,6 +170,16 @@ void measure_decode(gpu_compute& gpu, const compute_options& opt, const model_sh
         p.paged_s[b] = gpu.time_decode({batch, context, q_heads, kv_heads, b}, opt.reps);
         io.out << fmt::format(" {:.1f} | {:.3f} |", p.paged_s[b] * 1e6, p.paged_s[b] / p.contiguous_s);
       }
+      for (const auto& [addressing, layout] : k_other_layouts) {
+        const decode_shape s{batch, context, q_heads, kv_heads, 0, addressing, m.layers};
+        if (decode_pool_bytes(s) > pool_cap) {
+          io.out << fmt::format(" (pool {:.0f} GiB) | |", static_cast<double>(decode_pool_bytes(s)) / (1u << 30));
+          continue;
+        }
+        const double t = gpu.time_decode(s, opt.reps);
+        p.layout_s[std::string(to_string(layout))] = t;
+        io.out << fmt::format(" {:.1f} | {:.3f} |", t * 1e6, t / p.contiguous_s);
+      }
       io.out << "\n";
       cal.decode.push_back(std::move(p));
     }
@@ -166,6 +188,16 @@ void measure_decode(gpu_compute& gpu, const compute_options& opt, const model_sh
     const auto r = cal.paged_ratios(b);
     io.out << fmt::format("paged decode factor, block {}: median {:.3f} (min {:.3f}, max {:.3f}) over {} points\n", b,
                           cal.paged_decode_factor(b), *std::min_element(r.begin(), r.end()),
+                          *std::max_element(r.begin(), r.end()), r.size());
+  }
+  for (const auto& [addressing, layout] : k_other_layouts) {
+    const auto r = cal.layout_ratios(layout);
+    if (r.empty()) {
+      io.out << fmt::format("{} decode factor: no point fit the GPU\n", to_string(layout));
+      continue;
+    }
+    io.out << fmt::format("{} decode factor: median {:.3f} (min {:.3f}, max {:.3f}) over {} points\n",
+                          to_string(layout), *cal.layout_decode_factor(layout), *std::min_element(r.begin(), r.end()),
                           *std::max_element(r.begin(), r.end()), r.size());
   }
 }
@@ -203,8 +235,8 @@ int calibrate_compute(const compute_options& opt, const cli_streams& io) {
   cal.source = fmt::format(
       "vtensor calibrate --compute, {}, {}, cuBLAS {}, model {} tp {}; GEMMs: cublasGemmEx bf16 (fp32 accumulate), "
       "one layer's QKV, O, gate-up and down back to back, times {} layers, plus the LM head; decode attention: "
-      "vtensor's split-K kernel (tools/gpu_compute.cu), contiguous vs block table; median of {} runs after 3 "
-      "warm-ups, L2 flushed before each",
+      "vtensor's split-K kernel (tools/gpu_compute.cu), contiguous in kv-split, kv-fused and token-major "
+      "addressing vs kv-split behind a block table; median of {} runs after 3 warm-ups, L2 flushed before each",
       utc_date(), cal.device, gpu.cublas_version(), opt.model, opt.tp, layers, opt.reps);
   traces::atomic_output_file out(opt.out_file, &io.out);
   out.write(cal.to_json().dump(2) + "\n");

@@ -185,8 +185,9 @@ int cmd_calibrate(std::span<const std::string> args, const cli_streams& io) {
                            "1 without a GPU or in a build without the cuda backend.\n"
                            "With --compute: times the step cost's kernels instead (docs/kernel-factors.md): the\n"
                            "model's linear layers as cuBLAS bf16 GEMMs over token counts 1 to --token-budget, and\n"
-                           "decode attention over contiguous KV and behind a block table of 1- and 16-token blocks,\n"
-                           "over batch sizes and context lengths; writes the compute calibration that replay reads\n"
+                           "decode attention over contiguous KV in each vtensor layout (kv-split, kv-fused,\n"
+                           "token-major) and behind a block table of 1- and 16-token blocks, over batch sizes and\n"
+                           "context lengths; writes the compute calibration that replay reads\n"
                            "(--compute-calibration). Exit 1 without a GPU, cuBLAS or a build with the kernels.",
                            options, positional, args, io);
     if (!values) return exit_success;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The compute calibration on a GPU, in one go (issue 14), each output kept:
-#   1. the GPU test of the decode-attention kernels (contiguous and paged give the same output);
+#   1. the GPU test of the decode-attention kernels (contiguous in each layout and paged give the
+#      same output);
 #   2. `vtensor calibrate --compute` for each MODEL:TP[:LABEL] given (default llama-3-8b:1; a
 #      label tells a repeated run's files apart).
 # Usage: tools/gpu-compute.sh BIN_DIR OUT_DIR [MODEL:TP[:LABEL] ...]   (BIN_DIR holds vtensor and
@@ -16,6 +17,9 @@ models=("$@")
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bin:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
+# Files are named after the card (h100, h200, ...), whatever the machine gave.
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o 'H[0-9][0-9]*' | tr 'H' 'h')
+card=${card:-gpu}
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem --format=csv
   ls /usr/local/cuda/lib64/libcublas.so* 2>&1
@@ -28,7 +32,7 @@ echo "decode attention test: exit $rc, GPU_SKIP lines: $(grep -c GPU_SKIP "$out/
 for m in "${models[@]}"; do
   IFS=: read -r name tp label <<<"$m"
   tag=$name-tp$tp${label:+-$label}
-  cmd=("$bin/vtensor" calibrate --compute --model "$name" --tp "$tp" --out "$out/h200-compute-$tag.json")
+  cmd=("$bin/vtensor" calibrate --compute --model "$name" --tp "$tp" --out "$out/$card-compute-$tag.json")
   { echo "# ${cmd[*]}"; "${cmd[@]}"; } >"$out/calibrate-$tag.txt" 2>&1
   rc=$?
   echo "calibrate $tag: exit $rc" | tee -a "$out/summary.txt"

@@ -141,8 +141,9 @@ __device__ inline void unpack(const uint4& w, float* f) {
 
 template <int G, class Slots>
 __global__ void __launch_bounds__(k_threads)
-    decode_partition(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int* context,
-                     int kv_heads, int parts, Slots slots, float* acc_out, float2* ml_out, float scale) {
+    decode_partition(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, long long stride,
+                     const int* context, int kv_heads, int parts, Slots slots, float* acc_out, float2* ml_out,
+                     float scale) {
   __shared__ float scores[G][k_partition];
   __shared__ float reduce[k_rows][G][k_head_dim];
   __shared__ float stat_m[G];
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(k_threads)
     for (int i = 0; i < 8; ++i) qf[g][i] *= scale;
   }
   const auto row_of = [&](const __nv_bfloat16* pool, int t) {
-    return reinterpret_cast<const uint4*>(pool + (slots(r, t) * kv_heads + h) * k_head_dim + lane16 * 8);
+    return reinterpret_cast<const uint4*>(pool + slots(r, t) * stride + h * k_head_dim + lane16 * 8);
   };
   // Scores: K read once for the whole GQA group.
   for (int t0 = t_begin; t0 < t_end; t0 += k_rows * k_unroll) {
@@ -287,11 +288,16 @@ __global__ void decode_merge(const float* acc, const float2* ml, int parts, __nv
   out[head * k_head_dim + d] = __float2bfloat16(den > 0 ? num / den : 0.f);
 }
 
-// Buffers of one decode problem on the device.
+// Buffers of one decode problem on the device. `k` and `v` own the pools (`v` null when K and V
+// share one); the kernel reads from `k_read` and `v_read` at `stride` (Note [Layout addressing]).
 struct decode_buffers {
   void* q = nullptr;
   void* k = nullptr;
   void* v = nullptr;
+  const __nv_bfloat16* k_read = nullptr;
+  const __nv_bfloat16* v_read = nullptr;
+  long long stride = 0;          // elements between token slots
+  std::uint64_t pool_elems = 0;  // elements of each owned pool
   void* context = nullptr;
   void* slots = nullptr;  // start (contiguous) or table (paged)
   void* acc = nullptr;
@@ -312,18 +318,18 @@ void launch_decode_g(const decode_buffers& b, std::uint32_t batch, std::uint32_t
   const dim3 grid(static_cast<unsigned>(b.parts), kv_heads, batch);
   const float scale = 1.0f / std::sqrt(static_cast<float>(k_head_dim));
   const auto* q = static_cast<const __nv_bfloat16*>(b.q);
-  const auto* k = static_cast<const __nv_bfloat16*>(b.k);
-  const auto* v = static_cast<const __nv_bfloat16*>(b.v);
+  const __nv_bfloat16* k = b.k_read;
+  const __nv_bfloat16* v = b.v_read;
   const auto* ctx = static_cast<const int*>(b.context);
   auto* acc = static_cast<float*>(b.acc);
   auto* ml = static_cast<float2*>(b.ml);
   if (block_tokens == 0) {
-    decode_partition<G><<<grid, k_threads>>>(q, k, v, ctx, static_cast<int>(kv_heads), b.parts,
+    decode_partition<G><<<grid, k_threads>>>(q, k, v, b.stride, ctx, static_cast<int>(kv_heads), b.parts,
                                              contiguous_slots{static_cast<const long long*>(b.slots)}, acc, ml, scale);
   } else {
     int shift = 0;
     while ((1u << shift) < block_tokens) ++shift;
-    decode_partition<G><<<grid, k_threads>>>(q, k, v, ctx, static_cast<int>(kv_heads), b.parts,
+    decode_partition<G><<<grid, k_threads>>>(q, k, v, b.stride, ctx, static_cast<int>(kv_heads), b.parts,
                                              paged_slots{static_cast<const int*>(b.slots), b.blocks_per_request, shift},
                                              acc, ml, scale);
   }
@@ -390,12 +396,40 @@ std::uint64_t build_slots(decode_buffers& b, const std::vector<std::uint32_t>& c
   return blocks * block_tokens;
 }
 
+// Where `layout` puts one layer's K and V of `slots` token slots (Note [Layout addressing]):
+// elements per owned pool, the stride, and the offsets of layer `layer`'s K and V in the pool.
+struct pool_shape {
+  std::uint64_t elems = 0;
+  long long stride = 0;
+  long long k_offset = 0;
+  long long v_offset = 0;
+  bool split = true;  // K and V in two pools
+};
+
+pool_shape pool_of(std::uint64_t slots, std::uint32_t kv_heads, kv_addressing layout, std::uint32_t layers,
+                   std::uint32_t layer) {
+  const long long row = static_cast<long long>(kv_heads) * k_head_dim;
+  switch (layout) {
+    case kv_addressing::kv_split: return {slots * row, row, 0, 0, true};
+    case kv_addressing::kv_fused: return {slots * 2 * row, 2 * row, 0, row, false};
+    case kv_addressing::token_major:
+      return {slots * 2 * row * layers, 2 * row * layers, 2 * row * layer, 2 * row * layer + row, false};
+  }
+  throw gpu_error("decode attention: unknown layout");
+}
+
 void alloc_decode(decode_buffers& b, std::size_t batch, std::uint32_t q_heads, std::uint32_t kv_heads,
-                  std::uint64_t slots) {
-  const std::uint64_t kv_elems = slots * kv_heads * k_head_dim;
+                  std::uint64_t slots, kv_addressing layout = kv_addressing::kv_split, std::uint32_t layers = 1,
+                  std::uint32_t layer = 0) {
+  const pool_shape ps = pool_of(slots, kv_heads, layout, layers, layer);
   check(cudaMalloc(&b.q, batch * q_heads * k_head_dim * 2), "cudaMalloc (q)");
-  check(cudaMalloc(&b.k, kv_elems * 2), "cudaMalloc (K pool)");
-  check(cudaMalloc(&b.v, kv_elems * 2), "cudaMalloc (V pool)");
+  check(cudaMalloc(&b.k, ps.elems * 2), ps.split ? "cudaMalloc (K pool)" : "cudaMalloc (KV pool)");
+  if (ps.split) check(cudaMalloc(&b.v, ps.elems * 2), "cudaMalloc (V pool)");
+  const auto* base = static_cast<const __nv_bfloat16*>(b.k);
+  b.k_read = base + ps.k_offset;
+  b.v_read = ps.split ? static_cast<const __nv_bfloat16*>(b.v) : base + ps.v_offset;
+  b.stride = ps.stride;
+  b.pool_elems = ps.elems;
   check(cudaMalloc(&b.acc, batch * q_heads * static_cast<std::size_t>(b.parts) * k_head_dim * 4),
         "cudaMalloc (partials)");
   check(cudaMalloc(&b.ml, batch * q_heads * static_cast<std::size_t>(b.parts) * 8), "cudaMalloc (statistics)");
@@ -533,16 +567,30 @@ std::vector<double> gpu_compute::time_gemms(const std::vector<gemm_shape>& shape
   }
 }
 
+std::uint64_t decode_pool_bytes(const decode_shape& s) {
+  std::uint64_t slots = std::uint64_t{s.batch} * s.context;
+  if (s.block_tokens != 0)
+    slots = std::uint64_t{s.batch} * ((s.context + s.block_tokens - 1) / s.block_tokens) * s.block_tokens;
+  const kv_addressing layout = s.block_tokens != 0 ? kv_addressing::kv_split : s.layout;
+  const pool_shape ps = pool_of(slots, s.kv_heads, layout, std::max(s.layers, 1u), 0);
+  return ps.elems * 2 * (ps.split ? 2 : 1);
+}
+
 double gpu_compute::time_decode(const decode_shape& s, int reps) {
   check_shape(s.q_heads, s.kv_heads, s.block_tokens);
+  if (s.block_tokens != 0 && s.layout != kv_addressing::kv_split) {
+    throw gpu_error("decode attention: paged pools are kv-split");
+  }
+  if (s.layers == 0) throw gpu_error("decode attention: a token-major row needs at least one layer");
   const std::vector<std::uint32_t> contexts(s.batch, s.context);
   decode_buffers b;
   std::vector<int> table;
   const std::uint64_t slots = build_slots(b, contexts, s.block_tokens, 42 + s.batch, table);
-  alloc_decode(b, s.batch, s.q_heads, s.kv_heads, slots);
+  // Token-major: the middle layer, as good as any (every layer's rows have the same stride).
+  alloc_decode(b, s.batch, s.q_heads, s.kv_heads, slots, s.layout, s.layers, s.layers / 2);
   fill(b.q, std::uint64_t{s.batch} * s.q_heads * k_head_dim, 1, 1.0f);
-  fill(b.k, slots * s.kv_heads * k_head_dim, 2, 1.0f);
-  fill(b.v, slots * s.kv_heads * k_head_dim, 3, 1.0f);
+  fill(b.k, b.pool_elems, 2, 1.0f);
+  if (b.v != nullptr) fill(b.v, b.pool_elems, 3, 1.0f);
   const double t = impl_->time(reps, [&] { launch_decode(b, s.batch, s.q_heads, s.kv_heads, s.block_tokens); });
   check(cudaDeviceSynchronize(), "decode attention");
   return t;
@@ -567,11 +615,13 @@ double gpu_compute::copy_bandwidth(std::uint64_t bytes, int reps) {
 }
 
 decode_check_result gpu_compute::check_decode(const std::vector<std::uint32_t>& contexts, std::uint32_t q_heads,
-                                              std::uint32_t kv_heads, std::uint32_t block_tokens, std::uint64_t seed) {
+                                              std::uint32_t kv_heads, std::uint32_t block_tokens, std::uint64_t seed,
+                                              std::uint32_t layers, std::uint32_t layer) {
   check_shape(q_heads, kv_heads, block_tokens);
   if (contexts.empty() || block_tokens == 0 || *std::min_element(contexts.begin(), contexts.end()) == 0) {
     throw gpu_error("check_decode: needs requests with contexts of at least 1 and a block size");
   }
+  if (layer >= layers) throw gpu_error("check_decode: the token-major layer must be below the layer count");
   const std::size_t batch = contexts.size();
   const std::uint64_t row = std::uint64_t{kv_heads} * k_head_dim;  // elements of one slot
   // Host data: q, and K and V of each request in its contiguous range.
@@ -616,19 +666,45 @@ decode_check_result gpu_compute::check_decode(const std::vector<std::uint32_t>& 
   up(c.v, v);
   up(p.k, pk);
   up(p.v, pv);
+  // The kv-fused and token-major pools: the same rows at their layout's places (Note [Layout
+  // addressing]), NaN between them.
+  decode_buffers f;
+  decode_buffers tm;
+  for (const auto& [b, layout] : {std::pair{&f, kv_addressing::kv_fused}, std::pair{&tm, kv_addressing::token_major}}) {
+    (void)build_slots(*b, contexts, 0, seed, unused);
+    alloc_decode(*b, batch, q_heads, kv_heads, c_slots, layout, layers, layer);
+    const pool_shape ps = pool_of(c_slots, kv_heads, layout, layers, layer);
+    std::vector<std::uint16_t> pool(ps.elems, 0xffc0);
+    for (std::uint64_t slot = 0; slot < c_slots; ++slot) {
+      const auto src = static_cast<std::ptrdiff_t>(slot * row);
+      const auto dst = static_cast<std::ptrdiff_t>(slot) * ps.stride;
+      std::copy_n(k.begin() + src, row, pool.begin() + dst + ps.k_offset);
+      std::copy_n(v.begin() + src, row, pool.begin() + dst + ps.v_offset);
+    }
+    up(b->q, q);
+    up(b->k, pool);
+  }
   const std::size_t outs = batch * q_heads * k_head_dim;
-  for (decode_buffers* b : {&c, &p}) {
+  for (decode_buffers* b : {&c, &p, &f, &tm}) {
     check(cudaMemset(b->out, 0xff, outs * 2), "cudaMemset (poison output)");  // NaN: unwritten shows
   }
   launch_decode(c, static_cast<std::uint32_t>(batch), q_heads, kv_heads, 0);
   launch_decode(p, static_cast<std::uint32_t>(batch), q_heads, kv_heads, block_tokens);
+  launch_decode(f, static_cast<std::uint32_t>(batch), q_heads, kv_heads, 0);
+  launch_decode(tm, static_cast<std::uint32_t>(batch), q_heads, kv_heads, 0);
   check(cudaDeviceSynchronize(), "decode attention");
-  std::vector<std::uint16_t> oc(outs);
-  std::vector<std::uint16_t> op(outs);
-  check(cudaMemcpy(oc.data(), c.out, outs * 2, cudaMemcpyDeviceToHost), "cudaMemcpy (output)");
-  check(cudaMemcpy(op.data(), p.out, outs * 2, cudaMemcpyDeviceToHost), "cudaMemcpy (output)");
-  // Reference in float64.
+  const auto down = [outs](const decode_buffers& b) {
+    std::vector<std::uint16_t> o(outs);
+    check(cudaMemcpy(o.data(), b.out, outs * 2, cudaMemcpyDeviceToHost), "cudaMemcpy (output)");
+    return o;
+  };
+  const std::vector<std::uint16_t> oc = down(c);
+  const std::vector<std::uint16_t> op = down(p);
   decode_check_result res;
+  for (const std::vector<std::uint16_t>& ol : {down(f), down(tm)}) {
+    for (std::size_t i = 0; i < outs; ++i) res.differing_layouts += ol[i] != oc[i] ? 1 : 0;
+  }
+  // Reference in float64.
   res.elements = outs;
   double err2 = 0;
   double ref2 = 0;

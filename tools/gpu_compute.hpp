@@ -18,6 +18,20 @@
 /// row with 16-byte loads, four rows in flight per thread; a second kernel merges the partitions.
 /// Paged blocks are laid out in a random permutation of the pool, as a long-running allocator
 /// leaves them. Timings flush the L2 cache (a 256 MiB write) before each repetition.
+///
+/// Note [Layout addressing]
+/// Contiguous KV comes in vtensor's three layouts (core/kv_geometry.hpp), and the kernel reads
+/// one layer's K row of token t (head h) at  k_base + slot(t) * stride + h * 128, V the same from
+/// v_base; only the bases and the stride (in elements; row = KV heads x 128) differ:
+///   kv-split     K and V pools apart:             k_base = K, v_base = V,       stride = row
+///   kv-fused     [token][K|V]:                    k_base = P, v_base = P + row, stride = 2 row
+///   token-major  [token][layer][K|V], layer l:    k_base = P + 2 row l, v_base = k_base + row,
+///                                                 stride = 2 row x layers
+/// so kv-split reads a layer's K rows back to back, kv-fused every other row, and token-major
+/// one row pair in every 2 x layers rows (4 KiB in each 128 KiB for Llama-3-8B): the cost the
+/// layout trade-off weighs (issue 33). The same arithmetic runs in the same order
+/// for every layout and for paged blocks: outputs are bitwise equal on the same KV (tested on
+/// the GPU). Paged pools are kv-split (vLLM's per-layer K and V caches).
 
 #include <cstdint>
 #include <string>
@@ -34,21 +48,31 @@ struct gemm_shape {
   std::uint32_t in = 0;   ///< input features (on this GPU)
 };
 
+/// How contiguous KV is addressed (Note [Layout addressing]); vtensor's kv_layout, restated
+/// here so that nvcc compiles this header without the core.
+enum class kv_addressing : std::uint8_t { kv_split, kv_fused, token_major };
+
 /// A decode-attention configuration (Note [Decode attention kernels]).
 struct decode_shape {
-  std::uint32_t batch = 1;         ///< requests
-  std::uint32_t context = 1;       ///< KV tokens each request reads
-  std::uint32_t q_heads = 32;      ///< query heads (this GPU)
-  std::uint32_t kv_heads = 8;      ///< KV heads (this GPU); q_heads / kv_heads at most 8
-  std::uint32_t block_tokens = 0;  ///< 0: contiguous; else a power of two (paged)
+  std::uint32_t batch = 1;                         ///< requests
+  std::uint32_t context = 1;                       ///< KV tokens each request reads
+  std::uint32_t q_heads = 32;                      ///< query heads (this GPU)
+  std::uint32_t kv_heads = 8;                      ///< KV heads (this GPU); q_heads / kv_heads at most 8
+  std::uint32_t block_tokens = 0;                  ///< 0: contiguous; else a power of two (paged, kv-split pools)
+  kv_addressing layout = kv_addressing::kv_split;  ///< contiguous only
+  std::uint32_t layers = 1;                        ///< token-major: layers in a token's row
 };
+
+/// Bytes of KV the device holds for `s` (K and V of every slot; for token-major, of all layers).
+[[nodiscard]] std::uint64_t decode_pool_bytes(const decode_shape& s);
 
 /// What check_decode found.
 struct decode_check_result {
-  std::uint64_t elements = 0;        ///< outputs compared
-  std::uint64_t differing = 0;       ///< outputs where paged and contiguous differ (bitwise)
-  double max_abs_diff_paged = 0;     ///< max |paged - contiguous|
-  double max_rel_err_reference = 0;  ///< ||contiguous - reference||_2 / ||reference||_2 (float64 CPU reference)
+  std::uint64_t elements = 0;           ///< outputs compared
+  std::uint64_t differing = 0;          ///< outputs where paged and contiguous differ (bitwise)
+  double max_abs_diff_paged = 0;        ///< max |paged - contiguous|
+  std::uint64_t differing_layouts = 0;  ///< outputs where kv-fused or token-major differ from kv-split
+  double max_rel_err_reference = 0;     ///< ||contiguous - reference||_2 / ||reference||_2 (float64 CPU reference)
 };
 
 /// A CUDA device with a cuBLAS handle and scratch memory. Throws gpu_error (no kernels in this
@@ -75,12 +99,14 @@ class gpu_compute {
   [[nodiscard]] double time_decode(const decode_shape& s, int reps);
   /// Achieved device-to-device copy bandwidth (bytes read + written per second) over `bytes`.
   [[nodiscard]] double copy_bandwidth(std::uint64_t bytes, int reps);
-  /// Runs the contiguous kernel and the paged one (block size `block_tokens`) on the same random
-  /// KV (the paged pool a permuted copy of the contiguous ranges) with per-request contexts
-  /// `contexts`, and compares them with each other and with a float64 reference on the CPU.
+  /// Runs the contiguous kernel (kv-split), the paged one (block size `block_tokens`) and the
+  /// contiguous kernel over kv-fused and token-major pools (layer `layer` of `layers`) on the
+  /// same random KV (the other pools rearranged copies, NaN wherever no token of the layer
+  /// lives) with per-request contexts `contexts`, and compares them with each other and kv-split
+  /// with a float64 reference on the CPU.
   [[nodiscard]] decode_check_result check_decode(const std::vector<std::uint32_t>& contexts, std::uint32_t q_heads,
-                                                 std::uint32_t kv_heads, std::uint32_t block_tokens,
-                                                 std::uint64_t seed);
+                                                 std::uint32_t kv_heads, std::uint32_t block_tokens, std::uint64_t seed,
+                                                 std::uint32_t layers = 4, std::uint32_t layer = 2);
 
  private:
   struct impl;

@@ -77,6 +77,69 @@ TEST_CASE("compute calibration: rates by size from the file's points") {
   CHECK(calibrated_factors({2.0, 1.5}, {false, 0}, c) == attention_factors{2.0, 1.5});
 }
 
+// valid() as version 2, with kv-fused measured at every point and token-major at the first two.
+nlohmann::json with_layouts() {
+  nlohmann::json j = valid();
+  j["version"] = 2;
+  j["decode_attention"]["layouts"] = {"kv-fused", "token-major"};
+  auto& pts = j["decode_attention"]["points"];
+  pts[0]["layout_s"] = {{"kv-fused", 1.0e-5}, {"token-major", 1.5e-5}};
+  pts[1]["layout_s"] = {{"kv-fused", 4.4e-4}, {"token-major", 5.2e-4}};
+  pts[2]["layout_s"] = {{"kv-fused", 1.5e-3}};  // token-major's pool did not fit here
+  return j;
+}
+
+TEST_CASE("compute calibration: a layout's decode factor is the median of its measured ratios to kv-split") {
+  const compute_calibration c = compute_calibration_from_json(with_layouts(), "cal.json");
+  CHECK(c.layouts == std::vector<std::string>{"kv-fused", "token-major"});
+  // kv-fused: 1.0, 1.1, 1.2 -> 1.1; token-major: 1.5, 1.3 (two points) -> 1.4.
+  CHECK(c.layout_ratios(vtensor::kv_layout::kv_fused).size() == 3);
+  CHECK(*c.layout_decode_factor(vtensor::kv_layout::kv_fused) == doctest::Approx(1.1));
+  CHECK(*c.layout_decode_factor(vtensor::kv_layout::token_major) == doctest::Approx(1.4));
+  CHECK(*c.layout_decode_factor(vtensor::kv_layout::kv_split) == 1.0);
+  using vtensor::kv_layout;
+  // A contiguous policy in a measured layout gets its factor; kv-split keeps the set's.
+  CHECK(calibrated_factors({2.0, 1.0}, {false, 0, kv_layout::token_major}, c) == attention_factors{2.0, 1.4});
+  CHECK(calibrated_factors({2.0, 1.0}, {false, 0, kv_layout::kv_split}, c) == attention_factors{2.0, 1.0});
+  CHECK(calibrated_factors({2.0, 1.0}, {true, 16, kv_layout::token_major}, c).decode == doctest::Approx(1.1));
+  // A version 1 file measures no layout: the set's factor stays.
+  const compute_calibration v1 = compute_calibration_from_json(valid(), "cal.json");
+  CHECK_FALSE(v1.layout_decode_factor(kv_layout::kv_fused).has_value());
+  CHECK(calibrated_factors({1.0, 1.0}, {false, 0, kv_layout::kv_fused}, v1) == attention_factors{1.0, 1.0});
+  // Round trip.
+  const compute_calibration d = compute_calibration_from_json(nlohmann::json::parse(c.to_json().dump()), "again");
+  CHECK(d.to_json() == c.to_json());
+}
+
+TEST_CASE("compute calibration: bad layouts are refused naming the key") {
+  struct bad {
+    const char* pointer;
+    nlohmann::json value;
+    const char* key;
+  };
+  const bad cases[] = {
+      {"/decode_attention/layouts/0", "kv-split", "key 'decode_attention.layouts[0]'"},
+      {"/decode_attention/layouts/1", "kv-fused", "key 'decode_attention.layouts[1]'"},
+      {"/decode_attention/layouts/1", 7, "key 'decode_attention.layouts[1]'"},
+      {"/decode_attention/layouts", "kv-fused", "key 'decode_attention.layouts'"},
+      {"/decode_attention/points/1/layout_s/kv-fused", 0, "key 'decode_attention.points[1].layout_s.kv-fused'"},
+      {"/decode_attention/points/0/layout_s/kv-split", 1e-5, "key 'decode_attention.points[0].layout_s.kv-split'"},
+      {"/decode_attention/points/2/layout_s", 1, "key 'decode_attention.points[2].layout_s'"},
+      {"/version", 1, "key 'decode_attention.layouts'"},  // version 1 has no layouts
+  };
+  for (const bad& b : cases) {
+    nlohmann::json j = with_layouts();
+    j[nlohmann::json::json_pointer(b.pointer)] = b.value;
+    const std::string e = error_of(j);
+    INFO(b.pointer, " -> ", e);
+    CHECK(e.find("cal.json: ") == 0);
+    CHECK(e.find(b.key) != std::string::npos);
+  }
+  nlohmann::json no_layouts = with_layouts();
+  no_layouts["decode_attention"].erase("layouts");
+  CHECK(error_of(no_layouts).find("key 'decode_attention.layouts': missing") != std::string::npos);
+}
+
 TEST_CASE("compute calibration: the file round-trips through to_json") {
   const compute_calibration c = compute_calibration_from_json(valid(), "cal.json");
   const compute_calibration d = compute_calibration_from_json(nlohmann::json::parse(c.to_json().dump()), "again");
@@ -93,7 +156,8 @@ TEST_CASE("compute calibration: bad files are refused naming the key") {
   };
   const bad cases[] = {
       {"/format", "vtensor-calibration", "key 'format'"},
-      {"/version", 2, "key 'version'"},
+      {"/version", 3, "key 'version'"},
+      {"/version", 0, "key 'version'"},
       {"/device", "", "key 'device'"},
       {"/tp", 0, "key 'tp'"},
       {"/copy_bandwidth", -1, "key 'copy_bandwidth'"},

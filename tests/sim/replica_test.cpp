@@ -304,6 +304,9 @@ class without_stretches final : public kv_policy {
   [[nodiscard]] nlohmann::ordered_json do_describe() const override { return inner_->describe(); }
   void do_check_invariants() const override { inner_->check_invariants(); }
   [[nodiscard]] bool do_pipelined() const override { return inner_->pipelined(); }
+  [[nodiscard]] bool do_admits_late(const kv_request& r, sim_us arrival) const override {
+    return inner_->admits_late(r, arrival);
+  }
 
   std::unique_ptr<kv_policy> inner_;
 };

@@ -171,10 +171,11 @@ namespace {
 
 // The vtensor policy with the pipeline (Note [Mapping worker model]): Llama-3-8B kv-fused,
 // built-in H200 costs, 8192-token prefill chunks.
-vtensor_policy pipelined_policy() {
+vtensor_policy pipelined_policy(bool late_admission = false) {
   auto o = vtensor_options(llama_policy(k_unlimited, false));
   o.manager.scheduler.pipeline = true;
   o.manager.scheduler.pipeline_chunk_tokens = 8192;
+  o.late_admission = late_admission;
   return vtensor_policy(o);
 }
 
@@ -225,9 +226,11 @@ TEST_CASE("vtensor policy: with the pipeline a request arriving during a step is
     void on_step(const step_record& s) override { per_step.push_back(s.admitted); }
   };
   std::vector<std::vector<std::uint32_t>> seen;
-  for (bool pipeline : {false, true}) {
+  for (int arm = 0; arm < 3; ++arm) {
+    const bool pipeline = arm > 0;
     auto o = vtensor_options(llama_policy(k_unlimited, false));
     o.manager.scheduler.pipeline = pipeline;
+    o.late_admission = arm == 2;
     vtensor_policy p(o);
     auto config = llama_replay();
     config.replica.pipeline = pipeline;
@@ -244,6 +247,53 @@ TEST_CASE("vtensor policy: with the pipeline a request arriving during a step is
   CHECK(seen[1][0] == 1);
   CHECK(seen[1][1] == 0);  // decided while it ran: not yet arrived when it began
   CHECK(seen[1][2] == 1);
+  // Late admission (Note [Late admission]): it arrived 1 ms into a step of tens of ms, and its
+  // two pages map in a few: admitted when that step ends, as without the pipeline.
+  CHECK(seen[2][0] == 1);
+  CHECK(seen[2][1] == 1);
+}
+
+TEST_CASE("vtensor policy: a later arrival is admitted late only when its first chunk's maps end by the boundary") {
+  const latency_model h = latency_model::h200();
+  const std::uint64_t create = h.cost_ns(vmm_call::create), reserve = h.cost_ns(vmm_call::reserve);
+  const std::vector<token_block> none;
+  for (const bool on : {false, true}) {
+    CAPTURE(on);
+    vtensor_policy p = pipelined_policy(on);
+    p.advance_to(sim_us{1000});
+    REQUIRE(p.admit({request_id{1}, none, 512, 4000}).admitted);
+    REQUIRE(p.admit({request_id{2}, none, 512, 4000}).admitted);
+    p.release(request_id{1}, release_reason::finished);  // its 32 chunks go back to the free pool
+    // A 100 ms step ran from 1 ms; the worker is idle by its end (the release's unmaps included).
+    p.advance_to(sim_us{101'000});
+    const sim_ns critical = p.critical_vmm_time();
+    // A one-page prompt: 32 chunks from the pool, a reserve on the step thread, 32 maps on the worker.
+    const kv_request one{request_id{3}, none, 512, 4000};
+    const std::uint64_t job = (reserve + page_job_ns() + 999) / 1000;  // in whole us, rounded up
+    CHECK(p.admits_late(one, sim_us{50'000}) == on);
+    CHECK(p.admits_late(one, sim_us{101'000 - job}) == on);  // ends just by the boundary
+    CHECK_FALSE(p.admits_late(one, sim_us{101'000 - job + 1}));
+    // Two pages: the pool holds 32 chunks, so 32 more would be created on the step thread first.
+    const kv_request two{request_id{3}, none, 1024, 4000};
+    const std::uint64_t job2 = (reserve + 32 * create + 2 * page_job_ns() + 999) / 1000;
+    CHECK(p.admits_late(two, sim_us{101'000 - job2}) == on);
+    CHECK_FALSE(p.admits_late(two, sim_us{101'000 - job2 + 1}));
+    if (!on) continue;
+    // Admitted as decided on its arrival at 60 ms: its maps ended beside the step, no wait.
+    kv_request late = one;
+    late.late_arrival = sim_us{60'000};
+    REQUIRE(p.admit(late).admitted);
+    CHECK(p.critical_vmm_time() == critical);
+    CHECK(p.pipeline_figures().late_admissions == 1);
+    // The window's clocks moved on: a request arriving 0.1 ms before the boundary no longer fits.
+    CHECK_FALSE(p.admits_late({request_id{4}, none, 512, 4000}, sim_us{100'900}));
+    // After an idle spell there is no window: nothing is admitted late.
+    p.release(request_id{2}, release_reason::finished);
+    p.release(request_id{3}, release_reason::finished);
+    p.advance_to(sim_us{500'000});
+    p.advance_to(sim_us{600'000});
+    CHECK_FALSE(p.admits_late({request_id{4}, none, 512, 4000}, sim_us{500'001}));
+  }
 }
 
 TEST_CASE("vtensor policy: the rest of a long prompt is due when its second chunk's step begins") {

@@ -1,6 +1,6 @@
 // The decode-attention kernels of `calibrate --compute` on a real GPU (Note [Decode attention
-// kernels]): contiguous and paged KV give the same output on the same KV, and both match a
-// float64 reference. Timing is not tested.
+// kernels], Note [Layout addressing]): contiguous KV in each layout and paged KV give the same
+// output on the same KV, and match a float64 reference. Timing is not tested.
 
 #include <doctest/doctest.h>
 
@@ -9,7 +9,7 @@
 #include "tests/support/backend_choice.hpp"
 #include "tools/gpu_compute.hpp"
 
-TEST_CASE("decode attention: contiguous and paged kernels compute the same result on the same KV" *
+TEST_CASE("decode attention: contiguous, paged and every layout's kernel compute the same result on the same KV" *
           doctest::test_suite("gpu")) {
 #if VTENSOR_HAVE_GPU_KERNELS
   if (!vtensor::testing::gpu_present()) {
@@ -29,6 +29,7 @@ TEST_CASE("decode attention: contiguous and paged kernels compute the same resul
       CHECK(r.elements == contexts.size() * s.q_heads * 128);
       CHECK(r.differing == 0);  // the same arithmetic in the same order: bitwise equal
       CHECK(r.max_abs_diff_paged == 0);
+      CHECK(r.differing_layouts == 0);        // kv-fused and token-major addressing: bitwise equal to kv-split
       CHECK(r.max_rel_err_reference < 1e-2);  // bf16 output against float64
     }
   }
