@@ -22,7 +22,8 @@ double us(sim_ns t) { return static_cast<double>(t.count()) / 1e3; }
 std::vector<option_row<vtensor_settings>> vtensor_table() {
   using s = vtensor_settings;
   std::vector<option_row<s>> table = {
-      choice_option("layout", "vtensor layout: " + k_kv_layout_names.list(), &s::layout, kv_layout::kv_fused,
+      // Token-major by default (Note [Default layout] in sim/vtensor_policy.hpp).
+      choice_option("layout", "vtensor layout: " + k_kv_layout_names.list(), &s::layout, kv_layout::token_major,
                     k_kv_layout_names),
       lookahead_option(&s::lookahead_pages),
       count_option<s, std::uint32_t>(

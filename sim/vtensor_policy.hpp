@@ -123,11 +123,26 @@ enum class publish_moment : std::uint8_t {
 inline constexpr enum_names<publish_moment, 2> k_publish_moment_names{
     {{{publish_moment::release, "release"}, {publish_moment::eager, "eager"}}}};
 
+/// Note [Default layout]
+/// The command line's layout is token-major (issue 33). The decode kernel runs at the same speed
+/// over all three layouts' addressing (`calibrate --compute`, docs/kernel-factors.md: kv-fused
+/// 0.971 and token-major 0.973 of kv-split's time on an H100), so the choice rests on what the
+/// page size does: a token-major page is 16 tokens of every layer (paged's block), a kv-fused one
+/// 512 tokens of one layer in each of 32 tensors. On the whole Mooncake trace and a gen-trace
+/// multi-turn trace, at four budgets (results/compare/layouts/), token-major had the highest or a
+/// tied hit rate in every cell, 1-3% of kv-fused's internal slack, the lowest TTFT and an equal or
+/// higher throughput; it lost TPOT p50 by 3% on Mooncake (larger batches: more requests fit) and
+/// had more preemptions than kv-fused at 16 GiB on Mooncake (225 against 71; paged 367). Its
+/// replays cost the simulator about 2.8x kv-fused's CPU time (more pages per token), 1.8 s for the
+/// whole Mooncake trace. The library's default (vtensor_settings) stays kv-fused, as its tests
+/// are written against it.
+
 /// The vtensor policy's own settings (its option table: vtensor_definition()). The defaults are
-/// the library's; the command line's are the table's (lookahead 1, pipeline on).
+/// the library's; the command line's are the table's (lookahead 1, pipeline on, late admission
+/// on, token-major: Note [Default layout]).
 struct vtensor_settings {
   static constexpr std::string_view policy_name = "vtensor";  ///< its registry name
-  kv_layout layout = kv_layout::kv_fused;                     ///< tensor layout
+  kv_layout layout = kv_layout::kv_fused;                     ///< tensor layout (command line: token-major)
   std::uint32_t lookahead_pages = 0;                          ///< pages mapped ahead of need
   std::uint32_t lookahead_batch = 1;                          ///< lookahead pages mapped at a time
   bool async_lookahead = true;            ///< lookahead mapped by the worker (when lookahead_pages > 0)

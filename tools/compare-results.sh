@@ -5,6 +5,9 @@
 #   mooncake/   the whole Mooncake conversation trace (multi-turn, shared prefixes);
 #   azure/      the Azure conversation trace (single turn, no prefix identity);
 #   gen-trace/  a seeded `vtensor gen-trace` multi-turn trace (regenerated here, not committed);
+#   layouts/    vtensor in each layout (kv-fused, the default before issue 33, is the baseline)
+#               beside paged, on the whole Mooncake trace and the gen-trace one above (issue 33:
+#               Note [Default layout] in sim/vtensor_policy.hpp);
 #   paper-*/    the vTensor paper's scenario of tools/paper-scenario.sh (A100, Yi-6B and Yi-34B on
 #               two GPUs, both traces compressed 100x, vtensor against paged with 16-token blocks
 #               and radix), one folder per model.
@@ -30,6 +33,10 @@ gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
 "$bin" gen-trace --out "$gen/multi-turn.jsonl" --sessions 3000 --seed 7 --rate 2
 run gen-trace "$gen/multi-turn.jsonl" "${five[@]}" "${axes[@]}"
+run layouts traces/data/mooncake_conversation_trace.jsonl "$gen/multi-turn.jsonl" \
+  --arm kv-fused='vtensor --layout kv-fused' --arm kv-split='vtensor --layout kv-split' \
+  --arm token-major='vtensor --layout token-major' --arm paged=paged --memory default,16GiB,64GiB,unlimited \
+  --sample-ms 10000
 paper=(--arm vtensor=vtensor --arm paged='paged --block-tokens 16' --arm radix=radix --gpu a100-80gb --time-scale 0.01
   --kernel-factors 2024,modern --sample-ms 10000)
 run paper-yi-6b traces/data/mooncake_conversation_trace.jsonl traces/data/AzureLLMInferenceTrace_conv.csv \

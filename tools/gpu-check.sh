@@ -5,8 +5,8 @@
 #   2. `vtensor validate-gpu` on the three layouts;
 #   3. `vtensor replay --compare-backends sim,cuda` on the first 500 requests of the bundled
 #      excerpt, with lookahead 2 (the worker) and without (synchronous mapping), in the default
-#      layout (kv-fused), and with lookahead 2 in the other two (eager publication, the default,
-#      in each: issue 33);
+#      layout (token-major), and with lookahead 2 in the other two (eager publication, the
+#      default, in each: issue 33);
 #   4. the same for every other policy (paged, radix, static, vattention); the preallocating ones
 #      make no VMM call during the replay, so their steps are not emulated (--emulate-steps
 #      false), vattention's are (its worker maps while steps run).
@@ -42,7 +42,7 @@ for lookahead in 2 0; do
   step "compare-lookahead$lookahead" "$bin/vtensor" replay --trace "$trace" --max-requests 500 --memory 16GiB \
     --step-time-scale 0.05 --lookahead "$lookahead" --compare-backends sim,cuda
 done
-for layout in kv-split token-major; do
+for layout in kv-split kv-fused; do
   step "compare-$layout" "$bin/vtensor" replay --trace "$trace" --max-requests 500 --memory 16GiB \
     --step-time-scale 0.05 --lookahead 2 --layout "$layout" --compare-backends sim,cuda
 done

@@ -5,7 +5,8 @@
 #   2. the release build (build/) and its suite: every doctest TEST_CASE is a CTest entry;
 #   3. AddressSanitizer + UBSan (preset `asan`, build-asan/, expensive invariant checks on): the
 #      whole suite but five of the six `replay identity` cases (240-290 s each under the
-#      sanitizer; the kv-fused, lookahead 2 one, closest to the defaults, runs here) and the
+#      sanitizer; the kv-fused, lookahead 2 one runs here: the default token-major's replays
+#      take about 2.8x as long, the same code at a smaller page) and the
 #      whole-Mooncake replay (over 10 minutes): the release stage runs them, and the other
 #      replay tests, goldens included, run here; any
 #      sanitizer report failing its test (halt_on_error, leaks checked at exit);
