@@ -18,16 +18,17 @@ struct radix_node;
 /// Its range and page table (`base`, `tensor_span_bytes`, `tensors`, `mapped_pages`, `maps`)
 /// are the mapped_range the vSet orders.
 struct vtensor_record : mapped_range {
-  request_id id;                    ///< the caller's name for it
-  std::uint64_t max_tokens = 0;     ///< tokens it may grow to
-  std::uint64_t tokens = 0;         ///< tokens holding valid KV
-  std::uint32_t shared_pages = 0;   ///< leading pages mapped shared (immutable prefix)
-  std::uint32_t ready_pages = 0;    ///< leading pages whose driver mappings are surely done
-  std::uint64_t ticket = 0;         ///< the worker's last job for this request (0: none)
-  std::vector<token_block> blocks;  ///< prefix identity of its leading tokens
-  radix_node* pinned = nullptr;     ///< rTree node it pins (its path's pages back its prefix)
-  std::uint64_t hit_tokens = 0;     ///< prompt tokens served from cache at create
-  std::uint64_t cow_bytes = 0;      ///< bytes copied at create (partial prefix page)
+  request_id id;                     ///< the caller's name for it
+  std::uint64_t max_tokens = 0;      ///< tokens it may grow to
+  std::uint64_t tokens = 0;          ///< tokens holding valid KV
+  std::uint32_t shared_pages = 0;    ///< leading pages mapped shared (immutable prefix)
+  std::uint32_t ready_pages = 0;     ///< leading pages whose driver mappings are surely done
+  std::uint64_t ticket = 0;          ///< the worker's last job for this request (0: none)
+  std::vector<token_block> blocks;   ///< prefix identity of its leading tokens
+  radix_node* pinned = nullptr;      ///< rTree node it pins (its path's pages back its prefix)
+  std::uint32_t recorded_pages = 0;  ///< leading whole pages known to be in the rTree (Note [Incremental publication])
+  std::uint64_t hit_tokens = 0;      ///< prompt tokens served from cache at create
+  std::uint64_t cow_bytes = 0;       ///< bytes copied at create (partial prefix page)
 };
 
 /// What a caller sees of a vTensor: plain device pointers.
