@@ -130,12 +130,12 @@ inline constexpr enum_names<publish_moment, 2> k_publish_moment_names{
 /// page size does: a token-major page is 16 tokens of every layer (paged's block), a kv-fused one
 /// 512 tokens of one layer in each of 32 tensors. On the whole Mooncake trace and a gen-trace
 /// multi-turn trace, at four budgets (results/compare/layouts/), token-major had the highest or a
-/// tied hit rate in every cell, 1-3% of kv-fused's internal slack, the lowest TTFT and an equal or
-/// higher throughput; it lost TPOT p50 by 3% on Mooncake (larger batches: more requests fit) and
-/// had more preemptions than kv-fused at 16 GiB on Mooncake (225 against 71; paged 367). Its
-/// replays cost the simulator about 2.8x kv-fused's CPU time (more pages per token), 1.8 s for the
-/// whole Mooncake trace. The library's default (vtensor_settings) stays kv-fused, as its tests
-/// are written against it.
+/// tied hit rate in every cell, about 3% of kv-fused's internal slack, the lowest TTFT p50 (tied in
+/// one cell) and an equal or higher throughput; it lost TPOT p50 by 3% on Mooncake (larger
+/// batches: more requests fit) and had more preemptions than kv-fused at 16 GiB on Mooncake (225
+/// against 71; paged 367). Its replays cost the simulator about 2.1x kv-fused's wall time (32x
+/// the pages), 1.6 s for the whole Mooncake trace. The library's default (vtensor_settings) stays
+/// kv-fused, as its tests are written against it.
 
 /// The vtensor policy's own settings (its option table: vtensor_definition()). The defaults are
 /// the library's; the command line's are the table's (lookahead 1, pipeline on, late admission
