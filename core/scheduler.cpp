@@ -643,10 +643,10 @@ radix_node* scheduler::record_prefix(vtensor_record& r, std::span<const token_bl
 // and 30% of its time in token-major (16 tokens a page: a 10,000-token prompt has 625). Each
 // request remembers how many leading whole pages are known to be in the tree (`recorded_pages`:
 // its cache hit's whole pages at create, then those a call found there or recorded) and the next
-// call starts after them. They cannot have left the
-// tree in between: they lie on the path to the deepest node the request published, which it pins
-// (with its ancestors) until it is released, and a whole page is never replaced by a fuller
-// version. Outputs are byte-identical to the full walk (the identity set).
+// call starts after them. They cannot have left the tree in between: they lie on the path to the
+// deepest node the request published, which it pins (with its ancestors) until it is released,
+// and a whole page is never replaced by a fuller version. Outputs are byte-identical to the full walk (the identity
+// set).
 
 // Note [Eager publication]
 // The seed records a request's prefix in the rTree when it finishes (or is preempted), so a

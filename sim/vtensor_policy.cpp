@@ -201,10 +201,15 @@ void vtensor_policy::wait_for(request_id id, std::uint64_t ticket, sim_ns from) 
   clock_.wait(from, done);
 }
 
+sim_ns vtensor_policy::map_price(std::uint64_t pages) const {
+  const std::uint64_t chunks = pages * manager_->geometry().tensors();
+  return sim_ns{backend_->price_ns(vmm_call::map, chunks) + backend_->price_ns(vmm_call::set_access, chunks)};
+}
+
 void vtensor_policy::submit(request_id id, const op_effects& fx) {
   if (fx.worker_job == 0) return;
   const std::uint64_t chunks = std::uint64_t{fx.worker_pages} * manager_->geometry().tensors();
-  const sim_ns price{backend_->price_ns(vmm_call::map, chunks) + backend_->price_ns(vmm_call::set_access, chunks)};
+  const sim_ns price = map_price(fx.worker_pages);
   build_jobs_.push_back({id.value, fx.worker_job, price});  // Note [Jobs start when the build ends]
   last_job_[id.value] = {fx.worker_job, k_not_started};
   count_worker(vmm_call::map, chunks);
@@ -261,14 +266,10 @@ void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, b
     start = std::max(clock_.worker_free, now());
   }
   const std::uint64_t tensors = manager_->geometry().tensors();
-  auto price = [&](std::uint64_t pages) {
-    return sim_ns{backend_->price_ns(vmm_call::map, pages * tensors) +
-                  backend_->price_ns(vmm_call::set_access, pages * tensors)};
-  };
   count_worker(vmm_call::map, fx.worker_pages * tensors);
   count_worker(vmm_call::set_access, fx.worker_pages * tensors);
-  const sim_ns first_done = start + price(fx.first_pages);
-  const sim_ns all = price(fx.worker_pages);
+  const sim_ns first_done = start + map_price(fx.first_pages);
+  const sim_ns all = map_price(fx.worker_pages);
   const sim_ns done = start + all;
   if (pipelined) window_worker_ = done;
   clock_.worker_free = pipelined ? std::max(clock_.worker_free + all, done) : done;
@@ -299,14 +300,13 @@ bool vtensor_policy::do_admits_late(const kv_request& r, sim_us arrival) const {
   const kv_geometry& g = manager_->geometry();
   const std::uint64_t chunk = options_.manager.scheduler.pipeline_chunk_tokens;
   const std::uint64_t first_tokens = chunk > 0 ? std::min(r.prompt_tokens, chunk) : r.prompt_tokens;
-  const std::uint64_t chunks = g.pages_for_tokens(first_tokens) * g.tensors();
+  const std::uint64_t pages = g.pages_for_tokens(first_tokens);
+  const std::uint64_t chunks = pages * g.tensors();
   const std::uint64_t pooled = manager_->memory().free_pool_bytes / g.chunk_bytes();
   std::uint64_t calls_ns = backend_->price_ns(vmm_call::reserve);
   if (chunks > pooled) calls_ns += backend_->price_ns(vmm_call::create, chunks - pooled);
   const sim_ns cpu = std::max(window_cpu_, std::chrono::duration_cast<sim_ns>(arrival)) + sim_ns{calls_ns};
-  const sim_ns done = std::max(window_worker_, cpu) + sim_ns{backend_->price_ns(vmm_call::map, chunks) +
-                                                             backend_->price_ns(vmm_call::set_access, chunks)};
-  return done <= now();
+  return std::max(window_worker_, cpu) + map_price(pages) <= now();
 }
 
 kv_admit_result vtensor_policy::do_admit(const kv_request& r) {

@@ -254,6 +254,7 @@ class vtensor_policy final : public kv_policy {
   [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> handed_calls() const;
   [[nodiscard]] sim_ns step_model_time() const;  // step thread's priced calls (creates excluded with create-ahead)
   [[nodiscard]] sim_ns now() const { return clock_.now(); }
+  [[nodiscard]] sim_ns map_price(std::uint64_t pages) const;  // the worker's map + set-access of `pages` pages
   void book_step_calls();  // adds the step thread's new calls to the clock (Note [Driver contention])
   [[nodiscard]] std::uint64_t step_calls() const;  // step-thread calls so far
   [[nodiscard]] bool pipeline() const { return options_.manager.scheduler.pipeline; }

@@ -172,8 +172,8 @@ void measure_decode(gpu_compute& gpu, const compute_options& opt, const model_sh
       }
       for (const auto& [addressing, layout] : k_other_layouts) {
         const decode_shape s{batch, context, q_heads, kv_heads, 0, addressing, m.layers};
-        if (decode_pool_bytes(s) > pool_cap) {
-          io.out << fmt::format(" (pool {:.0f} GiB) | |", static_cast<double>(decode_pool_bytes(s)) / (1u << 30));
+        if (const std::uint64_t bytes = decode_pool_bytes(s); bytes > pool_cap) {
+          io.out << fmt::format(" (pool {:.0f} GiB) | |", static_cast<double>(bytes) / (1u << 30));
           continue;
         }
         const double t = gpu.time_decode(s, opt.reps);

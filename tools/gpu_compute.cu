@@ -288,16 +288,37 @@ __global__ void decode_merge(const float* acc, const float2* ml, int parts, __nv
   out[head * k_head_dim + d] = __float2bfloat16(den > 0 ? num / den : 0.f);
 }
 
+// Where `layout` puts one layer's K and V of `slots` token slots (Note [Layout addressing]):
+// elements per owned pool, the stride, and the offsets of layer `layer`'s K and V in the pool.
+struct pool_shape {
+  std::uint64_t elems = 0;
+  long long stride = 0;
+  long long k_offset = 0;
+  long long v_offset = 0;
+  bool split = true;  // K and V in two pools
+};
+
+pool_shape pool_of(std::uint64_t slots, std::uint32_t kv_heads, kv_addressing layout, std::uint32_t layers,
+                   std::uint32_t layer) {
+  const long long row = static_cast<long long>(kv_heads) * k_head_dim;
+  switch (layout) {
+    case kv_addressing::kv_split: return {slots * row, row, 0, 0, true};
+    case kv_addressing::kv_fused: return {slots * 2 * row, 2 * row, 0, row, false};
+    case kv_addressing::token_major:
+      return {slots * 2 * row * layers, 2 * row * layers, 2 * row * layer, 2 * row * layer + row, false};
+  }
+  throw gpu_error("decode attention: unknown layout");
+}
+
 // Buffers of one decode problem on the device. `k` and `v` own the pools (`v` null when K and V
-// share one); the kernel reads from `k_read` and `v_read` at `stride` (Note [Layout addressing]).
+// share one); the kernel reads from `k_read` and `v_read` at `pool.stride` (Note [Layout addressing]).
 struct decode_buffers {
   void* q = nullptr;
   void* k = nullptr;
   void* v = nullptr;
   const __nv_bfloat16* k_read = nullptr;
   const __nv_bfloat16* v_read = nullptr;
-  long long stride = 0;          // elements between token slots
-  std::uint64_t pool_elems = 0;  // elements of each owned pool
+  pool_shape pool;  // the layout's pool, for the reads
   void* context = nullptr;
   void* slots = nullptr;  // start (contiguous) or table (paged)
   void* acc = nullptr;
@@ -324,12 +345,12 @@ void launch_decode_g(const decode_buffers& b, std::uint32_t batch, std::uint32_t
   auto* acc = static_cast<float*>(b.acc);
   auto* ml = static_cast<float2*>(b.ml);
   if (block_tokens == 0) {
-    decode_partition<G><<<grid, k_threads>>>(q, k, v, b.stride, ctx, static_cast<int>(kv_heads), b.parts,
+    decode_partition<G><<<grid, k_threads>>>(q, k, v, b.pool.stride, ctx, static_cast<int>(kv_heads), b.parts,
                                              contiguous_slots{static_cast<const long long*>(b.slots)}, acc, ml, scale);
   } else {
     int shift = 0;
     while ((1u << shift) < block_tokens) ++shift;
-    decode_partition<G><<<grid, k_threads>>>(q, k, v, b.stride, ctx, static_cast<int>(kv_heads), b.parts,
+    decode_partition<G><<<grid, k_threads>>>(q, k, v, b.pool.stride, ctx, static_cast<int>(kv_heads), b.parts,
                                              paged_slots{static_cast<const int*>(b.slots), b.blocks_per_request, shift},
                                              acc, ml, scale);
   }
@@ -396,40 +417,17 @@ std::uint64_t build_slots(decode_buffers& b, const std::vector<std::uint32_t>& c
   return blocks * block_tokens;
 }
 
-// Where `layout` puts one layer's K and V of `slots` token slots (Note [Layout addressing]):
-// elements per owned pool, the stride, and the offsets of layer `layer`'s K and V in the pool.
-struct pool_shape {
-  std::uint64_t elems = 0;
-  long long stride = 0;
-  long long k_offset = 0;
-  long long v_offset = 0;
-  bool split = true;  // K and V in two pools
-};
-
-pool_shape pool_of(std::uint64_t slots, std::uint32_t kv_heads, kv_addressing layout, std::uint32_t layers,
-                   std::uint32_t layer) {
-  const long long row = static_cast<long long>(kv_heads) * k_head_dim;
-  switch (layout) {
-    case kv_addressing::kv_split: return {slots * row, row, 0, 0, true};
-    case kv_addressing::kv_fused: return {slots * 2 * row, 2 * row, 0, row, false};
-    case kv_addressing::token_major:
-      return {slots * 2 * row * layers, 2 * row * layers, 2 * row * layer, 2 * row * layer + row, false};
-  }
-  throw gpu_error("decode attention: unknown layout");
-}
-
 void alloc_decode(decode_buffers& b, std::size_t batch, std::uint32_t q_heads, std::uint32_t kv_heads,
                   std::uint64_t slots, kv_addressing layout = kv_addressing::kv_split, std::uint32_t layers = 1,
                   std::uint32_t layer = 0) {
-  const pool_shape ps = pool_of(slots, kv_heads, layout, layers, layer);
+  b.pool = pool_of(slots, kv_heads, layout, layers, layer);
+  const pool_shape& ps = b.pool;
   check(cudaMalloc(&b.q, batch * q_heads * k_head_dim * 2), "cudaMalloc (q)");
   check(cudaMalloc(&b.k, ps.elems * 2), ps.split ? "cudaMalloc (K pool)" : "cudaMalloc (KV pool)");
   if (ps.split) check(cudaMalloc(&b.v, ps.elems * 2), "cudaMalloc (V pool)");
   const auto* base = static_cast<const __nv_bfloat16*>(b.k);
   b.k_read = base + ps.k_offset;
   b.v_read = ps.split ? static_cast<const __nv_bfloat16*>(b.v) : base + ps.v_offset;
-  b.stride = ps.stride;
-  b.pool_elems = ps.elems;
   check(cudaMalloc(&b.acc, batch * q_heads * static_cast<std::size_t>(b.parts) * k_head_dim * 4),
         "cudaMalloc (partials)");
   check(cudaMalloc(&b.ml, batch * q_heads * static_cast<std::size_t>(b.parts) * 8), "cudaMalloc (statistics)");
@@ -589,8 +587,8 @@ double gpu_compute::time_decode(const decode_shape& s, int reps) {
   // Token-major: the middle layer, as good as any (every layer's rows have the same stride).
   alloc_decode(b, s.batch, s.q_heads, s.kv_heads, slots, s.layout, s.layers, s.layers / 2);
   fill(b.q, std::uint64_t{s.batch} * s.q_heads * k_head_dim, 1, 1.0f);
-  fill(b.k, b.pool_elems, 2, 1.0f);
-  if (b.v != nullptr) fill(b.v, b.pool_elems, 3, 1.0f);
+  fill(b.k, b.pool.elems, 2, 1.0f);
+  if (b.v != nullptr) fill(b.v, b.pool.elems, 3, 1.0f);
   const double t = impl_->time(reps, [&] { launch_decode(b, s.batch, s.q_heads, s.kv_heads, s.block_tokens); });
   check(cudaDeviceSynchronize(), "decode attention");
   return t;
@@ -673,7 +671,7 @@ decode_check_result gpu_compute::check_decode(const std::vector<std::uint32_t>& 
   for (const auto& [b, layout] : {std::pair{&f, kv_addressing::kv_fused}, std::pair{&tm, kv_addressing::token_major}}) {
     (void)build_slots(*b, contexts, 0, seed, unused);
     alloc_decode(*b, batch, q_heads, kv_heads, c_slots, layout, layers, layer);
-    const pool_shape ps = pool_of(c_slots, kv_heads, layout, layers, layer);
+    const pool_shape& ps = b->pool;
     std::vector<std::uint16_t> pool(ps.elems, 0xffc0);
     for (std::uint64_t slot = 0; slot < c_slots; ++slot) {
       const auto src = static_cast<std::ptrdiff_t>(slot * row);
