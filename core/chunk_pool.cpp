@@ -78,6 +78,13 @@ bool chunk_pool::alloc_run(std::size_t count, prefix_cache* evict_from, std::vec
   return true;
 }
 
+bool chunk_pool::take_pooled(std::size_t count, std::vector<chunk_id>& out) {
+  adopt_created();
+  if (pset_.free_count() < count) return false;
+  pool_hits_ += pset_.take_free(count, out);
+  return true;
+}
+
 bool chunk_pool::alloc_by_eviction(std::size_t count, prefix_cache& cache, std::vector<chunk_id>& out) {
   std::size_t have = pset_.free_count();  // chunks the loop would hold: the pool's oldest `have`
   pool_hits_ += have;

@@ -34,6 +34,15 @@ class chunk_pool {
   /// alloc() calls would take them. With `evict_from`, cached prefixes are evicted to make room
   /// (Note [Allocating a run of chunks]).
   [[nodiscard]] bool alloc_run(std::size_t count, prefix_cache* evict_from, std::vector<chunk_id>& out);
+  /// `count` chunks from the free pool onto `out`, all or none: never a create, never an eviction
+  /// (a standby vTensor's, Note [Standby vTensor] in scheduler.cpp).
+  [[nodiscard]] bool take_pooled(std::size_t count, std::vector<chunk_id>& out);
+  /// Whether alloc_run(count, ...) would succeed without evicting: the free pool and the chunks the
+  /// device can still create hold `count`.
+  [[nodiscard]] bool holds_without_eviction(std::size_t count) const {
+    const std::size_t pool = pset_.free_count();
+    return pool >= count || pset_.live() + (count - pool) <= capacity_chunks_;
+  }
   /// Gives back a chunk from alloc() that was never mapped (skips mapped ones).
   void unuse(chunk_id c) {
     const chunk_record& r = pset_[c];

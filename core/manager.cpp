@@ -141,6 +141,11 @@ std::uint64_t manager::ahead_bytes() const {
   return scheduler_.ahead_bytes();
 }
 
+std::uint32_t manager::standby_pages() const {
+  const mutex_lock lock(mutex_);
+  return scheduler_.standby_pages();
+}
+
 manager_stats manager::stats() const {
   const mutex_lock lock(mutex_);
   const operations& ops = scheduler_.ops();
@@ -153,6 +158,10 @@ manager_stats manager::stats() const {
   s.recomputed_tokens = sc.recomputed_tokens;
   s.preemption_signals = sc.preemption_signals;
   s.preempted = sc.preempted;
+  s.standby_adoptions = sc.standby_adoptions;
+  s.standby_builds = sc.standby_builds;
+  s.standby_drops = sc.standby_drops;
+  s.standby_failures = sc.standby_failures;
   const operation_counters c = ops.counters();
   s.cow_bytes = c.cow_bytes;
   s.evicted_nodes = c.evicted_nodes;

@@ -38,6 +38,10 @@ struct manager_stats {
   std::uint64_t evicted_nodes = 0;         ///< prefix-cache leaves evicted
   std::uint64_t preemption_signals = 0;    ///< calls answered needs_preemption
   std::uint64_t preempted = 0;             ///< requests preempted
+  std::uint64_t standby_adoptions = 0;     ///< creates that took the standby vTensor (Note [Standby vTensor])
+  std::uint64_t standby_builds = 0;        ///< standby vTensors mapped
+  std::uint64_t standby_drops = 0;         ///< standby vTensors given back to make room
+  std::uint64_t standby_failures = 0;      ///< standby vTensors the driver refused a range
   std::uint64_t tree_nodes = 0;            ///< rTree nodes
   std::uint64_t tree_pages = 0;            ///< page versions cached in the rTree
   vmm_counters vmm;                        ///< VMM calls and charged time per kind
@@ -132,6 +136,8 @@ class manager {
   [[nodiscard]] std::uint64_t chunks_created() const EXCLUDES(mutex_);
   /// Bytes mapped ahead of live requests' tokens (scheduler::ahead_bytes()).
   [[nodiscard]] std::uint64_t ahead_bytes() const EXCLUDES(mutex_);
+  /// Pages the standby vTensor holds mapped now (scheduler::standby_pages()).
+  [[nodiscard]] std::uint32_t standby_pages() const EXCLUDES(mutex_);
   /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
   std::size_t trim() EXCLUDES(mutex_);
   /// Drops all live requests and the prefix cache and releases everything to the driver. The

@@ -8,6 +8,11 @@
 
 namespace vtensor {
 
+namespace {
+// The standby vTensor's owner in the vSet (Note [Standby vTensor]); no caller may use it.
+constexpr request_id k_standby_id{std::numeric_limits<std::uint64_t>::max()};
+}  // namespace
+
 scheduler::scheduler(backend_views backends, kv_geometry geometry, scheduler_config config,
                      std::unique_ptr<eviction_order> eviction)
     : geometry_(std::move(geometry)),
@@ -19,6 +24,13 @@ scheduler::scheduler(backend_views backends, kv_geometry geometry, scheduler_con
   if (config_.lookahead_batch == 0 || config_.lookahead_batch > std::max<std::uint32_t>(1, config_.lookahead_pages)) {
     throw std::invalid_argument(fmt::format("scheduler: lookahead batch {} must be between 1 and the lookahead ({})",
                                             config_.lookahead_batch, config_.lookahead_pages));
+  }
+  if (config_.standby_pages > 0 && !config_.pipeline) {
+    throw std::invalid_argument("scheduler: a standby vTensor needs the pipeline (its pages are the worker's maps)");
+  }
+  if (config_.standby_pages > geometry_.pages_for_tokens(config_.max_context_tokens)) {
+    throw std::invalid_argument(fmt::format("scheduler: a standby of {} pages exceeds the context of {} tokens",
+                                            config_.standby_pages, config_.max_context_tokens));
   }
   if (config_.runs_worker()) ops_.gate().enable_async(config_.inline_worker);
 }
@@ -59,6 +71,7 @@ void scheduler::account(const vtensor_record& r, int sign) {
 
 std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64_t max_tokens) {
   if (live_.contains(id)) throw std::invalid_argument(fmt::format("request {} is already live", id.value));
+  if (id == k_standby_id) throw std::invalid_argument(fmt::format("request id {} is reserved", id.value));
   if (max_tokens == 0) max_tokens = config_.max_context_tokens;
   if (max_tokens > config_.max_context_tokens) {
     throw std::invalid_argument(fmt::format("request {}: max tokens {} exceed the context of {} tokens", id.value,
@@ -244,14 +257,18 @@ void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
 bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
                       std::span<const chunk_id> partial_src, std::uint64_t partial_bytes, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
-  if (!ops_.pool().alloc_run(std::size_t{needed - shared} * tensors, &ops_.cache(), chunks)) {
+  const std::uint32_t held = std::max(shared, rec.mapped_pages);  // adopted from the standby: mapped already
+  const std::size_t own_count = std::size_t{needed > held ? needed - held : 0} * tensors;
+  yield_standby(own_count, fx);
+  if (!ops_.pool().alloc_run(own_count, &ops_.cache(), chunks)) {
     discard(rec, {});
     ++counters_.preemption_signals;
     return false;
   }
   // Lookahead pages join the same mapping run, or go to the worker when asynchronous.
   const std::size_t required = chunks.size();
-  alloc_ahead(lookahead_target(rec, needed) - needed, chunks, fx);
+  const std::uint32_t target = lookahead_target(rec, needed);
+  alloc_ahead(target > std::max(needed, held) ? target - std::max(needed, held) : 0, chunks, fx);
   const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
   if (config_.pipeline) {
     try {
@@ -297,9 +314,12 @@ void scheduler::build_pipelined(vtensor_record& rec, const std::vector<chunk_id>
                                 std::uint32_t needed, std::span<const chunk_id> partial_src,
                                 std::uint64_t partial_bytes, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
-  const auto total = static_cast<std::uint32_t>(chunks.size() / tensors);
-  rec.base = ops_.ranges().alloc();
-  ops_.maps().track(rec);
+  const std::uint32_t held = rec.mapped_pages;  // adopted from the standby (then shared is 0)
+  const auto total = held + static_cast<std::uint32_t>(chunks.size() / tensors);
+  if (rec.base == 0) {
+    rec.base = ops_.ranges().alloc();
+    ops_.maps().track(rec);
+  }
   // Jobs end at these pages: the partial page (waited for, then copied into), the first chunk's
   // pages, the rest of the prompt and the lookahead pages.
   std::uint32_t first = needed;
@@ -310,11 +330,12 @@ void scheduler::build_pipelined(vtensor_record& rec, const std::vector<chunk_id>
         needed, static_cast<std::uint32_t>(geometry_.pages_for_tokens(hit + config_.pipeline_chunk_tokens)));
   }
   std::uint32_t cuts[3] = {partial_bytes > 0 ? shared + 1 : 0, first, total};
-  std::uint32_t from = 0;
+  std::uint32_t from = held;
   for (std::uint32_t cut : cuts) {
     if (cut <= from) continue;
     map_pages(rec,
-              std::span<const chunk_id>(chunks).subspan(std::size_t{from} * tensors, std::size_t{cut - from} * tensors),
+              std::span<const chunk_id>(chunks).subspan(std::size_t{from - held} * tensors,
+                                                        std::size_t{cut - from} * tensors),
               from < shared ? shared - from : 0, true, fx);
     if (cut <= first) {  // the first chunk needs this job
       fx.first_pages = fx.worker_pages;
@@ -328,6 +349,106 @@ void scheduler::build_pipelined(vtensor_record& rec, const std::vector<chunk_id>
     }
     from = cut;
   }
+}
+
+// Note [Standby vTensor]
+// With the pipeline an admission's pages are the worker's maps, done beside the step before, so
+// they cost nothing on the step's clock while steps run back to back. After an idle spell no step
+// runs beside them: the admission's step waits for the maps of its first prefill chunk (a
+// 1,000-token prompt in the token-major layout: 63 chunks, a map and a set-access each, about
+// 2.9 ms on an H200), which a policy whose blocks stay mapped (paged, vAttention's reused slots)
+// never pays. So, with `standby_pages` set, the scheduler keeps one vTensor mapped ahead of any
+// request: a range with its first `standby_pages` pages backed by free-pool chunks, mapped by the
+// worker in a job of its own. What decides its use:
+// - a create that misses the prefix cache (hit 0: no shared page, no partial copy) takes it when
+//   the pages it needs beyond it come without eviction: the standby's range becomes the
+//   request's, its mapped pages the request's first pages (at most its reservation's: the rest
+//   are unmapped on the worker at once), and only the pages beyond them are mapped, as any
+//   admission's. A create that hits the cache needs its cached pages at the range's start, so it
+//   never takes it;
+// - a create that misses the cache and succeeds, when there is no standby and the free pool holds
+//   at least twice its chunks, maps a new one from the pool, after its own jobs (never a create,
+//   never an eviction: twice, so that the next allocation still finds the pool and the standby is
+//   not given back at once). Only misses build one: a workload whose admissions hit the cache
+//   (most of Mooncake's) would map standbys that no admission takes;
+// - an allocation that may evict and that the free pool and the device's capacity cannot serve
+//   first gives the standby's pages back (unmapped on the worker, as a release's), before any
+//   cached prefix is evicted: the standby is the first memory reclaimed.
+// Its pages count as mapped and reserved-idle (ahead_bytes()). The choice is the core's, made from
+// its own state, so sim and cuda take the same decisions; on cuda the request's pointer is the
+// standby's range, whose pages the worker mapped. Only creates use it (a fork shares its parent's
+// pages). The simulated clock's side: Note [Mapping worker model] in sim/vtensor_policy.hpp.
+void scheduler::adopt_standby(vtensor_record& rec, op_effects& fx) {
+  vtensor_record& s = *standby_;
+  const std::uint32_t keep = std::min(s.mapped_pages, max_pages(rec));
+  if (keep < s.mapped_pages) unmap_tail(s, keep, fx);
+  ops_.maps().untrack(s);
+  rec.base = s.base;
+  rec.maps = std::move(s.maps);
+  rec.mapped_pages = s.mapped_pages;
+  rec.ready_pages = s.ready_pages;
+  rec.ticket = s.ticket;
+  for (mapping* m : rec.maps) m->owner = rec.id;
+  ops_.maps().track(rec);
+  fx.adopted_pages = keep;
+  fx.adopted_job = s.ticket;
+  standby_.reset();
+  ++counters_.standby_adoptions;
+}
+
+void scheduler::build_standby(op_effects& fx) {
+  const std::uint32_t pages = config_.standby_pages;
+  if (pages == 0 || standby_) return;
+  const std::size_t count = std::size_t{pages} * geometry_.tensors();
+  if (ops_.pool().records().free_count() < 2 * count) return;
+  std::vector<chunk_id> chunks;
+  if (!ops_.pool().take_pooled(count, chunks)) return;
+  auto s = std::make_unique<vtensor_record>();
+  s->id = k_standby_id;
+  s->tensor_span_bytes = tensor_span_;
+  s->tensors = geometry_.tensors();
+  s->max_tokens = config_.max_context_tokens;
+  op_effects own;
+  try {
+    s->base = ops_.ranges().alloc();
+    ops_.maps().track(*s);
+    map_pages(*s, chunks, 0, true, own);  // the pipeline's maps are deferred: only the reserve can fail here
+  } catch (const vmm_error&) {
+    // Speculative, as lookahead is: the create it follows has succeeded and stands; the next one
+    // tries again. The failure is counted, not hidden.
+    discard(*s, chunks);
+    ++counters_.standby_failures;
+    return;
+  }
+  fx.standby_pages = own.worker_pages;
+  fx.standby_job = own.worker_job;
+  standby_ = std::move(s);
+  ++counters_.standby_builds;
+}
+
+void scheduler::yield_standby(std::size_t chunks, op_effects& fx) {
+  if (!standby_ || ops_.pool().holds_without_eviction(chunks)) return;
+  fx.dropped_standby += standby_->mapped_pages;
+  (void)unmap_all(*standby_, &fx);  // the pipeline's release: unmaps and the range's free on the worker
+  standby_.reset();
+  ++counters_.standby_drops;
+}
+
+void scheduler::unmap_tail(vtensor_record& r, std::uint32_t keep, op_effects& fx) {
+  const std::uint32_t tensors = geometry_.tensors();
+  mapping_job job;
+  for (std::uint32_t t = 0; t < tensors; ++t) {
+    run_.clear();
+    for (std::uint32_t p = keep; p < r.mapped_pages; ++p) run_.push_back(r.maps[std::size_t{p} * tensors + t]);
+    ops_.maps().unmap_run_deferred(run_, job);
+    fx.worker_unmaps += static_cast<std::uint32_t>(run_.size());
+    ++fx.unmap_runs;
+  }
+  r.maps.resize(std::size_t{keep} * tensors);
+  mapped_pages_ -= r.mapped_pages - keep;
+  r.mapped_pages = keep;
+  r.ready_pages = std::min(r.ready_pages, keep);
+  ops_.gate().submit(std::move(job));
 }
 
 // The last step of create and fork: the record, now backed, joins the live requests.
@@ -431,8 +552,15 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
   }
   static const std::vector<chunk_id> k_none;
   op_effects fx;
+  if (standby_ && m.hit == 0) {  // Note [Standby vTensor]
+    const std::uint32_t kept = std::min(standby_->mapped_pages, max_pages(*rec));
+    if (ops_.pool().holds_without_eviction(std::size_t{needed > kept ? needed - kept : 0} * geometry_.tensors())) {
+      adopt_standby(*rec, fx);
+    }
+  }
   const bool built = build(*rec, chunks, m.shared, needed, m.partial_bytes > 0 ? m.best[m.shared]->chunks : k_none,
                            m.partial_bytes, fx);
+  if (built && m.hit == 0) build_standby(fx);
   pool_effects(before, fx);
   if (!built) return {alloc_status::needs_preemption, 0, 0, 0, fx};
   counters_.prompt_tokens += prompt_tokens;
@@ -446,8 +574,9 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
 // lookahead ones when there is no worker. False when out of memory (nothing changed but evictions).
 bool scheduler::map_needed(vtensor_record& r, std::uint32_t needed, op_effects& fx) {
   std::vector<chunk_id> chunks;
-  if (!ops_.pool().alloc_run(std::size_t{needed - r.mapped_pages} * geometry_.tensors(), &ops_.cache(), chunks))
-    return false;
+  const std::size_t count = std::size_t{needed - r.mapped_pages} * geometry_.tensors();
+  yield_standby(count, fx);
+  if (!ops_.pool().alloc_run(count, &ops_.cache(), chunks)) return false;
   if (!ops_.gate().async()) alloc_ahead(lookahead_target(r, needed) - needed, chunks, fx);
   try {
     map_pages(r, chunks, 0, false, fx);
@@ -749,12 +878,15 @@ memory_stats scheduler::memory() const {
 void scheduler::settle() {
   ops_.settle();
   for (auto& [id, r] : live_) r->ready_pages = r->mapped_pages;
+  if (standby_) standby_->ready_pages = standby_->mapped_pages;
 }
 
 void scheduler::shutdown() {
   ops_.gate().drain();
   op_effects ignored;
   for (auto& [id, r] : live_) release(*r, ignored);
+  if (standby_) (void)unmap_all(*standby_, &ignored);  // only with the pipeline: as its releases
+  standby_.reset();
   round_.clear();
   round_left_ = 0;
   live_.clear();
@@ -825,6 +957,12 @@ void scheduler::check_invariants() const {
     mapped_pages += r->mapped_pages;
     token_pages += geometry_.pages_for_tokens(r->tokens);
   }
+  if (standby_) {  // Note [Standby vTensor]: private pages, no token, no pin
+    check_record(*standby_);
+    if (standby_->tokens != 0 || standby_->pinned != nullptr) fail("the standby vTensor holds tokens or a pin");
+    mappings += standby_->maps.size();
+    mapped_pages += standby_->mapped_pages;
+  }
   if (mapped_pages != mapped_pages_ || token_pages != token_pages_) {
     fail(fmt::format("pages mapped {} (counted {}), filled by tokens {} (counted {})", mapped_pages, mapped_pages_,
                      token_pages, token_pages_));
@@ -833,7 +971,8 @@ void scheduler::check_invariants() const {
   if (logical != logical_tokens_) fail("logical tokens drifted");
   if (mappings != ops_.maps().records().size()) fail("a mapping belongs to no live request");
   check_pins();
-  const std::uint64_t ranges = live_.size() + ops_.ranges().cached() + (ops_.ranges().has_scratch() ? 1 : 0);
+  const std::uint64_t ranges =
+      live_.size() + (standby_ ? 1 : 0) + ops_.ranges().cached() + (ops_.ranges().has_scratch() ? 1 : 0);
   if (const auto idle = ops_.gate().backend_if_idle(); idle && idle->live.ranges != ranges) {
     fail(fmt::format("backend holds {} ranges, expected {}", idle->live.ranges, ranges));
   }

@@ -53,6 +53,9 @@ struct scheduler_config {
   /// chunked prefill; 0: the whole prompt). An admission's first job maps the pages its first
   /// chunk needs, a second job the rest (Note [Pipelined admission]).
   std::uint64_t pipeline_chunk_tokens = 0;
+  /// With the pipeline: pages a standby vTensor keeps mapped for the next admission that misses
+  /// the prefix cache (Note [Standby vTensor]; 0: none).
+  std::uint32_t standby_pages = 0;
   /// The worker runs each job on the calling thread as it is submitted, not on a thread of its
   /// own: for a simulated device, whose clock does not read wall time (Note [Inline worker] in
   /// async_mapper.hpp). Changes no decision and no simulated figure.
@@ -82,6 +85,11 @@ struct op_effects {
   std::uint32_t retried_jobs = 0;      ///< failed worker map jobs the call mapped again itself
   std::uint32_t first_pages = 0;       ///< pipeline: of worker_pages, those of the jobs the first chunk needs
   std::uint64_t first_job = 0;         ///< pipeline: the last of those jobs (0: none)
+  std::uint32_t adopted_pages = 0;     ///< pages a create took mapped from the standby (Note [Standby vTensor])
+  std::uint64_t adopted_job = 0;       ///< the standby's map job those pages came with (0: none)
+  std::uint32_t standby_pages = 0;     ///< pages of a new standby, mapped by the worker in one job
+  std::uint64_t standby_job = 0;       ///< that job's ticket (0: none), after the call's own jobs
+  std::uint32_t dropped_standby = 0;   ///< standby pages given back to make room (their unmaps in worker_unmaps)
   std::uint64_t chunks_created = 0;    ///< chunks created through the backend by the calling thread
   std::uint64_t pool_chunks = 0;       ///< chunks taken from the free pool
   std::uint64_t evicted_nodes = 0;     ///< cached prefixes evicted to make room
@@ -113,6 +121,10 @@ struct scheduler_counters {
   std::uint64_t prompt_tokens = 0;       ///< prompt tokens of created requests (forks excluded)
   std::uint64_t hit_tokens = 0;          ///< of which served from cache
   std::uint64_t recomputed_tokens = 0;   ///< cached tokens not reused because of the recompute policy
+  std::uint64_t standby_adoptions = 0;   ///< creates that took the standby's pages (Note [Standby vTensor])
+  std::uint64_t standby_builds = 0;      ///< standbys mapped
+  std::uint64_t standby_drops = 0;       ///< standbys given back to make room
+  std::uint64_t standby_failures = 0;    ///< standbys not mapped: the driver refused their range
 };
 
 /// The scheduler.
@@ -172,6 +184,8 @@ class scheduler {
   [[nodiscard]] std::uint64_t ahead_bytes() const {
     return (mapped_pages_ - token_pages_) * std::uint64_t{geometry_.tensors()} * geometry_.chunk_bytes();
   }
+  /// Pages the standby vTensor holds mapped now (0: none; Note [Standby vTensor]).
+  [[nodiscard]] std::uint32_t standby_pages() const { return standby_ ? standby_->mapped_pages : 0; }
 
   /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
   std::size_t trim() { return ops_.trim(); }
@@ -216,6 +230,16 @@ class scheduler {
   [[nodiscard]] bool fits_in_place(const vtensor_record& r, std::uint64_t total) const {
     return total <= r.max_tokens && total * geometry_.bytes_per_token_per_tensor() <= in_place_bytes(r);
   }
+  /// Note [Standby vTensor]: hands the standby's range and mapped pages to `rec` (a create that
+  /// misses the cache), unmapping on the worker those beyond its reservation.
+  void adopt_standby(vtensor_record& rec, op_effects& fx);
+  /// Maps a new standby from the free pool when there is none and the pool holds its pages.
+  void build_standby(op_effects& fx);
+  /// Gives the standby's pages back (unmapped on the worker) when an allocation of `chunks` that
+  /// may evict would have to.
+  void yield_standby(std::size_t chunks, op_effects& fx);
+  /// Unmaps `r`'s pages from `keep` on (on the worker, recorded in `fx`).
+  void unmap_tail(vtensor_record& r, std::uint32_t keep, op_effects& fx);
   /// Ends request `id`'s record (and a growth round that holds it).
   void erase_live(request_id id);
   void top_up(vtensor_record& r, std::uint32_t needed, op_effects& fx);
@@ -248,7 +272,8 @@ class scheduler {
                        op_effects& fx);
   bool build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
              std::span<const chunk_id> partial_src, std::uint64_t partial_bytes, op_effects& fx);
-  std::vector<mapping*> run_;  // scratch for unmap runs
+  std::unique_ptr<vtensor_record> standby_;  // Note [Standby vTensor]
+  std::vector<mapping*> run_;                // scratch for unmap runs
 
   kv_geometry geometry_;
   scheduler_config config_;

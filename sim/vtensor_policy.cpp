@@ -19,6 +19,10 @@ std::unique_ptr<vmm_backend> make_accounted(const vtensor_policy_options& o) {
 double us(sim_ns t) { return static_cast<double>(t.count()) / 1e3; }
 
 // The option table (Note [One home for a policy's options] in sim/policy_options.hpp).
+// The command line's standby (Note [Standby vTensor] in core/scheduler.cpp): chosen in issue 33 by
+// the Azure conversation trace's TTFT against the worker time it costs (results/compare/standby/).
+constexpr std::uint64_t k_standby_tokens_default = 4096;
+
 std::vector<option_row<vtensor_settings>> vtensor_table() {
   using s = vtensor_settings;
   std::vector<option_row<s>> table = {
@@ -37,6 +41,11 @@ std::vector<option_row<vtensor_settings>> vtensor_table() {
                       "pipelined admission: a step's admissions are decided while the previous step runs, the "
                       "policy maps them and unmaps releases on the worker (true/false)",
                       &s::pipeline, true),
+      count_option<s, std::uint64_t>(
+          "standby-tokens",
+          "with the pipeline, tokens of a standby vTensor the worker keeps mapped for the next admission that "
+          "misses the prefix cache (0: none)",
+          &s::standby_tokens, k_standby_tokens_default),
       truth_option<s>("late-admission",
                       "with the pipeline, admit a request that arrives during a step for the next one when "
                       "the worker can map its first prefill chunk before that step begins (true/false)",
@@ -77,6 +86,13 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o, const vtensor
   v.manager.eviction = eviction_for(o, s.eviction);
   v.publish = s.publish;
   v.late_admission = s.pipeline && s.late_admission;
+  if (s.pipeline && s.standby_tokens > 0) {
+    if (s.standby_tokens > o.max_context_tokens) {
+      throw option_error(
+          fmt::format("--standby-tokens {} exceeds the context of {} tokens", s.standby_tokens, o.max_context_tokens));
+    }
+    c.standby_pages = static_cast<std::uint32_t>(v.manager.geometry.pages_for_tokens(s.standby_tokens));
+  }
   return v;
 }
 
@@ -268,15 +284,31 @@ void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, b
   const std::uint64_t tensors = manager_->geometry().tensors();
   count_worker(vmm_call::map, fx.worker_pages * tensors);
   count_worker(vmm_call::set_access, fx.worker_pages * tensors);
-  const sim_ns first_done = start + map_price(fx.first_pages);
+  // Pages taken from the standby were mapped by its job (Note [Standby vTensor] in core/scheduler.cpp).
+  const sim_ns adopted_done = fx.adopted_pages > 0 ? standby_done_ : sim_ns{0};
+  const sim_ns first_done = fx.first_pages > 0     ? std::max(adopted_done, start + map_price(fx.first_pages))
+                            : fx.adopted_pages > 0 ? adopted_done
+                                                   : start;
   const sim_ns all = map_price(fx.worker_pages);
-  const sim_ns done = start + all;
-  if (pipelined) window_worker_ = done;
-  clock_.worker_free = pipelined ? std::max(clock_.worker_free + all, done) : done;
+  sim_ns done = start + all;
+  if (fx.adopted_pages > 0 && fx.worker_job == 0) last_job_[id.value] = {fx.adopted_job, adopted_done};
   if (fx.worker_job != 0) last_job_[id.value] = {fx.worker_job, done};
   if (fx.worker_pages > fx.first_pages) rest_due_.push_back(done);
   clock_.jobs += fx.worker_job != 0 ? 1 : 0;
   clock_.job_time += all;
+  sim_ns standby_price{};
+  if (fx.standby_job != 0) {  // a new standby, mapped after the admission's own jobs
+    standby_price = map_price(fx.standby_pages);
+    count_worker(vmm_call::map, fx.standby_pages * tensors);
+    count_worker(vmm_call::set_access, fx.standby_pages * tensors);
+    done += standby_price;
+    standby_done_ = done;
+    ++clock_.jobs;
+    clock_.job_time += standby_price;
+  }
+  if (pipelined) window_worker_ = done;
+  clock_.worker_free = pipelined ? std::max(clock_.worker_free + all + standby_price, done) : done;
+  do_release_model(fx);  // unmaps of standby pages (beyond the reservation, or given back to make room)
   if (first_done > now()) {
     ++admission_waits_;
     admission_wait_time_ += first_done - now();
@@ -300,19 +332,26 @@ bool vtensor_policy::do_admits_late(const kv_request& r, sim_us arrival) const {
   const kv_geometry& g = manager_->geometry();
   const std::uint64_t chunk = options_.manager.scheduler.pipeline_chunk_tokens;
   const std::uint64_t first_tokens = chunk > 0 ? std::min(r.prompt_tokens, chunk) : r.prompt_tokens;
-  const std::uint64_t pages = g.pages_for_tokens(first_tokens);
+  std::uint64_t pages = g.pages_for_tokens(first_tokens);
+  sim_ns ready{};
+  // A prompt without block keys misses the cache for sure, so it takes the standby if there is one.
+  if (const std::uint64_t standby = manager_->standby_pages(); standby > 0 && r.blocks.empty()) {
+    pages -= std::min(pages, standby);
+    ready = standby_done_;
+  }
   const std::uint64_t chunks = pages * g.tensors();
   const std::uint64_t pooled = manager_->memory().free_pool_bytes / g.chunk_bytes();
   std::uint64_t calls_ns = backend_->price_ns(vmm_call::reserve);
   if (chunks > pooled) calls_ns += backend_->price_ns(vmm_call::create, chunks - pooled);
   const sim_ns cpu = std::max(window_cpu_, std::chrono::duration_cast<sim_ns>(arrival)) + sim_ns{calls_ns};
-  return std::max(window_worker_, cpu) + map_price(pages) <= now();
+  return ready <= now() && std::max(window_worker_, cpu) + map_price(pages) <= now();
 }
 
 kv_admit_result vtensor_policy::do_admit(const kv_request& r) {
   take_carry();
   const create_result c = manager_->create(r.id, r.blocks, r.prompt_tokens, r.max_tokens);
   if (pipeline()) {
+    if (!c.ok()) do_release_model(c.effects);  // a standby given back to make room (Note [Standby vTensor])
     if (!pipelined_window_) {
       if (!c.ok()) {
         book_step_calls();
@@ -349,6 +388,7 @@ bool vtensor_policy::do_grow(request_id id, std::uint64_t tokens) {
   take_carry();
   const sim_ns start = now();
   const extend_result e = manager_->extend(id, tokens);
+  do_release_model(e.effects);  // a standby given back to make room (Note [Standby vTensor])
   if (!e.ok()) {
     book_step_calls();
     return false;
@@ -516,6 +556,7 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
   j["publish"] = std::string(k_publish_moment_names.name(options_.publish));
   j["record_on_preempt"] = m.scheduler.record_on_preempt;
   j["late_admission"] = options_.late_admission;
+  j["standby_pages"] = m.scheduler.standby_pages;
   return j;
 }
 
@@ -541,6 +582,11 @@ void vtensor_policy::do_extra_figures(nlohmann::ordered_json& m) const {
   m["prompt_rest_waits"] = rest_waits_;
   m["prompt_rest_wait_us"] = us(rest_wait_time_);
   m["late_admissions"] = late_admissions_;
+  const manager_stats s = manager_->stats();  // Note [Standby vTensor] in core/scheduler.cpp
+  m["standby_adoptions"] = s.standby_adoptions;
+  m["standby_builds"] = s.standby_builds;
+  m["standby_drops"] = s.standby_drops;
+  m["standby_failures"] = s.standby_failures;
 }
 
 }  // namespace vtensor::sim

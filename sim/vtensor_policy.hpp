@@ -37,7 +37,12 @@
 ///   (whole Mooncake trace: 109 such waits, 6.4 s, at --time-scale 1). Later chunks are not
 ///   checked apart (the whole rest is due at the second). After an idle spell
 ///   (no request live at the boundary) nothing ran beside the admission: its calls are on the
-///   clock, its jobs start then, and the step waits for the first chunk's jobs at once. In wall
+///   clock, its jobs start then, and the step waits for the first chunk's jobs at once. An
+///   admission that takes the standby vTensor (Note [Standby vTensor] in core/scheduler.cpp) has
+///   its first pages mapped by the standby's job, which ran on the worker clock when a previous
+///   admission handed it out (after that admission's own jobs): the step waits for the later of
+///   that job's end and the jobs of its pages beyond the standby's. Unmaps of standby pages beyond a
+///   request's reservation, or of a standby given back to make room, are priced as a release's. In wall
 ///   time (on `cuda`) the replica still builds a step after the previous one ended, so the real
 ///   jobs run beside the step that computes them (emulated compute reads no memory); only the
 ///   model places them beside the previous one;
@@ -149,7 +154,10 @@ struct vtensor_settings {
   std::uint32_t create_ahead_chunks = 0;  ///< the worker keeps this many chunks created (0: off)
   bool pipeline = false;                  ///< pipelined admission (Note [Pipelined admission] in core/scheduler.cpp)
   bool late_admission = false;            ///< with the pipeline: Note [Late admission] in sim/replica.hpp
-  eviction_config eviction;               ///< prefix-cache eviction order (without clock and oracle)
+  /// With the pipeline: tokens a standby vTensor keeps mapped for the next admission that misses
+  /// the prefix cache (Note [Standby vTensor] in core/scheduler.cpp; 0: none).
+  std::uint64_t standby_tokens = 0;
+  eviction_config eviction;                                ///< prefix-cache eviction order (without clock and oracle)
   publish_moment publish = publish_moment::eager;          ///< when computed KV is shared
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page
   worker_mode worker = worker_mode::automatic;             ///< where the worker runs its jobs
@@ -296,6 +304,7 @@ class vtensor_policy final : public kv_policy {
   std::vector<sim_ns> rest_due_;  // ends of the jobs with the rest of the prompts admitted this step
   sim_ns carry_{};                // the next step's wait for them, booked at its first call
   sim_ns rest_wait_time_{};
+  sim_ns standby_done_{};  // the modelled end of the standby's map job (Note [Standby vTensor] in core/scheduler.cpp)
   std::array<std::uint64_t, k_vmm_call_kinds> worker_calls_{};  // calls handed to the worker, by kind
   round_lease lease_;                                           // the manager's rounds of the last decode round
   void count_worker(vmm_call c, std::uint64_t n) { worker_calls_[static_cast<std::size_t>(c)] += n; }

@@ -33,6 +33,7 @@ std::uint64_t soak_ops() {
 
 struct soak_figures {
   std::uint64_t admitted = 0, refused = 0, grown = 0, grow_refused = 0, faults = 0, released = 0;
+  nlohmann::ordered_json model;  // the policy's extra figures (vmm_model) at the end
 };
 
 /// Foresight that knows nothing of the soak's future (its requests are drawn as it goes): a fixed
@@ -144,6 +145,7 @@ soak_figures soak(const policy_choice& choice, std::uint64_t memory, std::uint64
       p->check_invariants();
     }
     faults->clear_faults();
+    p->extra_figures(fig.model);
     for (const auto& [id, _] : live) p->release(request_id{id}, release_reason::finished);
     p->settle();
     p->check_invariants();
@@ -194,6 +196,17 @@ TEST_SUITE("policy_soak") {
       const soak_figures f = soak(choose_policy("vtensor", {{"publish", "eager"}}), memory, 4321);
       CHECK(f.admitted > 0);
       CHECK(f.released > 0);
+    }
+  }
+  TEST_CASE("soak under faults: vtensor's standby is taken, rebuilt and given back (Note [Standby vTensor])") {
+    for (const std::uint64_t memory : {std::uint64_t{3} * k_gib, std::numeric_limits<std::uint64_t>::max()}) {
+      INFO("memory " << memory);
+      const soak_figures f = soak(choose_policy("vtensor", {{"standby-tokens", "1024"}}), memory, 99);
+      MESSAGE("memory " << memory << ": " << f.model.dump());
+      CHECK(f.admitted > 0);
+      CHECK(f.model["standby_adoptions"].get<std::uint64_t>() > 0);
+      CHECK(f.model["standby_builds"].get<std::uint64_t>() >= f.model["standby_adoptions"].get<std::uint64_t>());
+      if (memory != std::numeric_limits<std::uint64_t>::max()) CHECK(f.model["standby_drops"].get<std::uint64_t>() > 0);
     }
   }
   TEST_CASE("soak under faults: every eviction order on paged") { soak_orders("paged"); }

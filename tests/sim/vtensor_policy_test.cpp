@@ -296,6 +296,43 @@ TEST_CASE("vtensor policy: a later arrival is admitted late only when its first 
   }
 }
 
+TEST_CASE("vtensor policy: after an idle spell an admission that takes the standby waits for no map") {
+  // Note [Standby vTensor] in core/scheduler.cpp: one kv-fused page (512 tokens, 32 chunks) kept mapped.
+  const std::vector<token_block> none;
+  std::vector<sim_ns> idle_admission;
+  for (const std::uint32_t standby : {0U, 1U}) {
+    CAPTURE(standby);
+    auto o = vtensor_options(llama_policy(k_unlimited, false));
+    o.manager.scheduler.pipeline = true;
+    o.manager.scheduler.pipeline_chunk_tokens = 8192;
+    o.manager.scheduler.standby_pages = standby;
+    vtensor_policy p(o);
+    p.advance_to(sim_us{1000});
+    for (std::uint64_t id = 1; id <= 3; ++id) REQUIRE(p.admit({request_id{id}, none, 512, 4000}).admitted);
+    for (std::uint64_t id = 1; id <= 3; ++id) p.release(request_id{id}, release_reason::finished);  // 96 chunks pooled
+    p.advance_to(sim_us{2000});
+    // A miss takes 32 chunks; the 64 left are twice a standby's: one is mapped after its job.
+    REQUIRE(p.admit({request_id{4}, none, 512, 4000}).admitted);
+    CHECK(p.kv_manager().standby_pages() == standby);
+    p.release(request_id{4}, release_reason::finished);
+    p.advance_to(sim_us{1'000'000});  // an idle spell: nothing live, the worker long done
+    p.advance_to(sim_us{2'000'000});
+    const sim_ns before = p.critical_vmm_time();
+    const auto waits = p.pipeline_figures().admission_waits;
+    REQUIRE(p.admit({request_id{5}, none, 512, 4000}).admitted);
+    idle_admission.push_back(p.critical_vmm_time() - before);
+    // Without a standby the step waits for the one page's job; with it, for nothing.
+    CHECK(p.pipeline_figures().admission_waits == waits + (standby == 0 ? 1 : 0));
+    CHECK(p.kv_manager().stats().standby_adoptions == standby);
+    p.release(request_id{5}, release_reason::finished);
+    p.settle();
+    p.check_invariants();
+    CHECK(p.stats().vmm.calls == p.kv_manager().stats().vmm.calls);
+  }
+  CHECK(idle_admission[0].count() == static_cast<std::int64_t>(page_job_ns()));
+  CHECK(idle_admission[1].count() == 0);
+}
+
 TEST_CASE("vtensor policy: the rest of a long prompt is due when its second chunk's step begins") {
   for (const std::uint64_t step_us : {1000, 1'000'000}) {
     CAPTURE(step_us);
