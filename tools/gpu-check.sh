@@ -9,7 +9,11 @@
 #      default, in each: issue 33);
 #   4. the same for every other policy (paged, radix, static, vattention); the preallocating ones
 #      make no VMM call during the replay, so their steps are not emulated (--emulate-steps
-#      false), vattention's are (its worker maps while steps run).
+#      false), vattention's are (its worker maps while steps run);
+#   5. vtensor on the first 500 requests of the Azure conversation trace, whose admissions all
+#      miss the cache and so take the standby vTensor (Note [Standby vTensor] in
+#      core/scheduler.cpp): at the default memory, and at 3 GiB and 3.3x the load (preemptions),
+#      token-major and kv-fused.
 # Usage: tools/gpu-check.sh BIN_DIR OUT_DIR   (BIN_DIR holds vtensor and vtensor_tests; shared
 # libraries they need may sit beside them; the tests read their data from the source tree the
 # binary was built from, so run this from that tree or a copy at the same path). Exit 0 when every
@@ -51,5 +55,12 @@ for policy in paged radix static vattention; do
   [ "$policy" = vattention ] && emulate=true
   step "compare-$policy" "$bin/vtensor" replay --trace "$trace" --max-requests 500 --memory 16GiB \
     --emulate-steps "$emulate" --step-time-scale 0.05 --policy "$policy" --compare-backends sim,cuda
+done
+azure=traces/data/AzureLLMInferenceTrace_conv.csv
+for layout in token-major kv-fused; do
+  step "compare-standby-$layout" "$bin/vtensor" replay --trace "$azure" --max-requests 500 --step-time-scale 0.05 \
+    --layout "$layout" --compare-backends sim,cuda
+  step "compare-standby-$layout-3GiB" "$bin/vtensor" replay --trace "$azure" --max-requests 500 --memory 3GiB \
+    --time-scale 0.3 --step-time-scale 0.05 --layout "$layout" --compare-backends sim,cuda
 done
 exit $status
