@@ -8,6 +8,9 @@
 #   layouts/    vtensor in each layout (kv-fused, the default before issue 33, is the baseline)
 #               beside paged, on the whole Mooncake trace and the gen-trace one above (issue 33:
 #               Note [Default layout] in sim/vtensor_policy.hpp);
+#   standby/    vtensor with standby vTensors of 0 to 8192 tokens beside paged and vattention on
+#               both Azure traces (every admission misses the cache), default memory (issue 33:
+#               Note [Standby vTensor] in core/scheduler.cpp picks the default from it);
 #   paper-*/    the vTensor paper's scenario of tools/paper-scenario.sh (A100, Yi-6B and Yi-34B on
 #               two GPUs, both traces compressed 100x, vtensor against paged with 16-token blocks
 #               and radix), one folder per model.
@@ -37,6 +40,10 @@ run layouts traces/data/mooncake_conversation_trace.jsonl "$gen/multi-turn.jsonl
   --arm kv-fused='vtensor --layout kv-fused' --arm kv-split='vtensor --layout kv-split' \
   --arm token-major='vtensor --layout token-major' --arm paged=paged --memory default,16GiB,64GiB,unlimited \
   --sample-ms 10000
+standby=()
+for tokens in 0 1024 2048 4096 8192; do standby+=(--arm "standby-$tokens=vtensor --standby-tokens $tokens"); done
+run standby traces/data/AzureLLMInferenceTrace_conv.csv traces/data/AzureLLMInferenceTrace_code.csv "${standby[@]}" \
+  --arm paged=paged --arm vattention=vattention --sample-ms 10000
 paper=(--arm vtensor=vtensor --arm paged='paged --block-tokens 16' --arm radix=radix --gpu a100-80gb --time-scale 0.01
   --kernel-factors 2024,modern --sample-ms 10000)
 run paper-yi-6b traces/data/mooncake_conversation_trace.jsonl traces/data/AzureLLMInferenceTrace_conv.csv \
