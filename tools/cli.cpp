@@ -23,6 +23,8 @@ constexpr std::array subcommand_table{
     subcommand{"inspect", "print statistics of a trace: lengths, arrival rate, prefix hit bound", &cmd_inspect},
     subcommand{"gen-trace", "write a seeded synthetic trace in vtensor's JSONL format", &cmd_gen_trace},
     subcommand{"replay", "replay a trace through the serving simulator over a KV policy", &cmd_replay},
+    subcommand{"capacity", "the largest load each arm serves within a latency objective (--slo), by replays",
+               &cmd_capacity},
     subcommand{"compare", "replay arms (policies with options) over memory, time scale, traces: A/B with bounds",
                &cmd_compare},
     subcommand{"validate-gpu", "check the manager on a GPU with CUDA kernels (cuda backend)", &cmd_validate_gpu},

@@ -97,6 +97,8 @@ enum class size_rule {
 /// `vtensor replay`: replays a trace through the serving simulator (tools/cmd_replay.cpp).
 [[nodiscard]] int cmd_replay(std::span<const std::string> args, const cli_streams& io);
 
+/// `vtensor capacity`: the load each arm serves at an SLO (tools/cmd_capacity.cpp).
+[[nodiscard]] int cmd_capacity(std::span<const std::string> args, const cli_streams& io);
 /// `vtensor compare`: arms x axes in parallel, with bounds and miss causes (tools/cmd_compare.cpp).
 [[nodiscard]] int cmd_compare(std::span<const std::string> args, const cli_streams& io);
 

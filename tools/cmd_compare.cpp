@@ -172,12 +172,7 @@ int cmd_compare(std::span<const std::string> args, const cli_streams& io) {
     const std::vector<std::string> words(args.begin(), args.end());
     const po::parsed_options parsed =
         po::command_line_parser(words).options(compare_table()).positional(positional).run();
-    std::vector<std::string> shared;
-    for (const po::option& opt : parsed.options) {
-      if (std::find(k_shared_options.begin(), k_shared_options.end(), opt.string_key) == k_shared_options.end())
-        continue;
-      shared.insert(shared.end(), opt.original_tokens.begin(), opt.original_tokens.end());
-    }
+    const std::vector<std::string> shared = shared_tokens(parsed);
     // --jobs changes no result: with --no-wall it leaves the command too, so that two runs compare
     // byte for byte whatever --jobs was.
     const bool no_wall = (*values)["no-wall"].as<bool>();

@@ -30,6 +30,15 @@ const std::vector<std::string> k_shared_options = {"format",       "model",     
                                                    "sample-ms",    "calibration",    "compute-calibration",
                                                    "zero-latency", "warmup-fraction"};
 
+std::vector<std::string> shared_tokens(const po::parsed_options& parsed) {
+  std::vector<std::string> shared;
+  for (const po::option& opt : parsed.options) {
+    if (std::find(k_shared_options.begin(), k_shared_options.end(), opt.string_key) == k_shared_options.end()) continue;
+    shared.insert(shared.end(), opt.original_tokens.begin(), opt.original_tokens.end());
+  }
+  return shared;
+}
+
 namespace {
 
 // Splits a comma-separated list (items trimmed, none empty).
@@ -303,6 +312,26 @@ replay_options point_options(const po::variables_map& settings, const arm& a, co
   }
 }
 
+// Arm `a`'s point in cell `c` (the g.cells.size()-th), at time scale `scale`.
+point make_point(const experiment& x, const po::variables_map& settings, std::size_t a, const cell& c,
+                 std::size_t cell_index, double scale) {
+  point p;
+  p.arm = a;
+  p.cell = cell_index;
+  p.id = sanitized(x.arms[a].name + "@" + c.id);
+  const replay_axes axes{x.memory[c.memory] == "default" ? std::nullopt : std::optional(x.memory[c.memory]), scale,
+                         x.kernel_factors[c.kernel_factors], x.traces[c.trace]};
+  p.options = point_options(settings, x.arms[a], axes);
+  p.options.config.replica.measure_wall = false;  // a point reports no step wall time
+  return p;
+}
+
+// The budget of a cell whose points are made: nullopt for unlimited.
+void set_budget(cell& c, const point& p) {
+  const std::uint64_t bytes = p.options.policy.memory_bytes;
+  if (bytes != std::numeric_limits<std::uint64_t>::max()) c.memory_bytes = bytes;
+}
+
 // Cell (m, s, k, t) of the axes and its points, one per arm.
 void add_cell(const experiment& x, const po::variables_map& settings, std::size_t m, std::size_t s, std::size_t k,
               std::size_t t, compare_grid& g) {
@@ -313,23 +342,31 @@ void add_cell(const experiment& x, const po::variables_map& settings, std::size_
   c.trace = t;
   c.id = sanitized(fmt::format("memory={},time_scale={},kernel_factors={},trace={}", x.memory[m], x.time_scale_text[s],
                                x.kernel_factors[k], t));
-  for (std::size_t a = 0; a < x.arms.size(); ++a) {
-    point p;
-    p.arm = a;
-    p.cell = g.cells.size();
-    p.id = sanitized(x.arms[a].name + "@" + c.id);
-    const replay_axes axes{x.memory[m] == "default" ? std::nullopt : std::optional(x.memory[m]), x.time_scale[s],
-                           x.kernel_factors[k], x.traces[t]};
-    p.options = point_options(settings, x.arms[a], axes);
-    p.options.config.replica.measure_wall = false;  // a point reports no step wall time
-    g.points.push_back(std::move(p));
-  }
-  const std::uint64_t bytes = g.points.back().options.policy.memory_bytes;
-  if (bytes != std::numeric_limits<std::uint64_t>::max()) c.memory_bytes = bytes;
+  for (std::size_t a = 0; a < x.arms.size(); ++a)
+    g.points.push_back(make_point(x, settings, a, c, g.cells.size(), x.time_scale[s]));
+  set_budget(c, g.points.back());
   g.cells.push_back(std::move(c));
 }
 
 }  // namespace
+
+compare_grid make_probe_grid(const experiment& x, const std::vector<std::string>& shared,
+                             const std::vector<probe>& probes) {
+  const po::variables_map settings = shared_settings(shared);
+  compare_grid g;
+  for (const probe& pr : probes) {
+    cell c;
+    c.memory = pr.memory;
+    c.kernel_factors = pr.kernel_factors;
+    c.trace = pr.trace;
+    c.id = sanitized(fmt::format("memory={},time_scale={},kernel_factors={},trace={}", x.memory[pr.memory],
+                                 pr.time_scale, x.kernel_factors[pr.kernel_factors], pr.trace));
+    g.points.push_back(make_point(x, settings, pr.arm, c, g.cells.size(), pr.time_scale));
+    set_budget(c, g.points.back());
+    g.cells.push_back(std::move(c));
+  }
+  return g;
+}
 
 compare_grid make_grid(const experiment& x, const std::vector<std::string>& shared) {
   const po::variables_map settings = shared_settings(shared);

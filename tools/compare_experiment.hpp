@@ -31,6 +31,9 @@ struct arm {
   sim::policy_choice choice;  ///< the policy with its options, parsed through its table
 };
 
+/// The tokens of `parsed` that set a shared option (k_shared_options), as typed.
+[[nodiscard]] std::vector<std::string> shared_tokens(const boost::program_options::parsed_options& parsed);
+
 /// The arms and the axes' values (as typed, for ids and outputs; time scales parsed too).
 struct experiment {
   std::vector<arm> arms;                     ///< in the order given
@@ -75,5 +78,17 @@ struct compare_grid {
 /// The grid of `x`, each point's options parsed from `shared` (the shared settings as typed) with
 /// its arm's policy and its cell's axes. Throws usage_error naming the arm.
 [[nodiscard]] compare_grid make_grid(const experiment& x, const std::vector<std::string>& shared);
+
+/// One replay that `vtensor capacity` asks for: an arm at a time scale of its own, in the cell of
+/// the other axes (indices into `x`'s memory, kernel-factor and trace axes).
+struct probe {
+  std::size_t arm = 0, memory = 0, kernel_factors = 0, trace = 0;
+  double time_scale = 1.0;
+};
+
+/// A grid of one point per probe, each in a cell of its own (the cell's time-scale index is 0 and
+/// means nothing; its id names the probe's time scale). Throws usage_error naming the arm.
+[[nodiscard]] compare_grid make_probe_grid(const experiment& x, const std::vector<std::string>& shared,
+                                           const std::vector<probe>& probes);
 
 }  // namespace vtensor::tools

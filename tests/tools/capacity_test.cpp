@@ -1,0 +1,150 @@
+// `vtensor capacity`: the objective's grammar, the search against hand-worked sequences, and the
+// command on the bundled excerpt (Note [Capacity search] in tools/capacity.cpp).
+
+#include "tools/capacity.hpp"
+
+#include "tests/support/cli_run.hpp"
+#include "tests/support/scratch_dir.hpp"
+#include "tools/cli.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace vtensor::tools;
+using vtensor::testing::run_cli;
+
+namespace {
+
+// Runs a search against `meets` to its end; returns the loads tried, in order.
+std::vector<double> drive(capacity_search& s, const std::function<bool(double)>& meets) {
+  std::vector<double> tried;
+  while (const auto load = s.next()) {
+    tried.push_back(*load);
+    s.record(*load, meets(*load));
+    REQUIRE(tried.size() < 100);
+  }
+  return tried;
+}
+
+}  // namespace
+
+TEST_CASE("capacity: an objective is clauses of a latency quantile at most a limit, in s, ms or us") {
+  const slo o = parse_slo("ttft_p90<=5s, tpot_p99<100ms,e2e_p50<=250us");
+  REQUIRE(o.clauses.size() == 3);
+  CHECK(o.clauses[0].metric == "ttft");
+  CHECK(o.clauses[0].quantile == "p90");
+  CHECK(o.clauses[0].limit_ms == 5000);
+  CHECK(o.clauses[1].metric == "tpot");
+  CHECK(o.clauses[1].limit_ms == 100);
+  CHECK(o.clauses[2].limit_ms == doctest::Approx(0.25));
+  vtensor::sim::replay_summary s;
+  s.ttft.p90 = 5000;
+  s.tpot.p99 = 99;
+  s.e2e.p50 = 0.25;
+  CHECK(o.met(s));  // at the limit is within it
+  s.tpot.p99 = 100.5;
+  CHECK_FALSE(o.met(s));
+  for (const std::string bad :
+       {"ttft_p95<=5s", "ttft_p90>=5s", "ttft_p90<=5", "latency_p90<=5s", "ttft_p90<=0s", "ttft_p90<=5s,", ""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS((void)parse_slo(bad), usage_error);
+  }
+  try {
+    (void)parse_slo("ttft_p90<=5s,tpot_p99<=1h");
+    FAIL("no error");
+  } catch (const usage_error& e) {
+    CHECK(std::string(e.what()).find("'tpot_p99<=1h'") != std::string::npos);  // names the clause
+  }
+}
+
+TEST_CASE("capacity: the search doubles, halves and bisects to the tolerance - none and at least at the ends") {
+  capacity_search s;  // tolerance 5%, loads 1/64 to 64
+  const std::vector<double> tried = drive(s, [](double l) { return l <= 2.7; });
+  // 1 and 2 meet, 4 fails; then geometric midpoints: 2.828 fails, 2.378 and 2.594 meet, 2.709
+  // fails, and 2.709 is within 5% of 2.594.
+  REQUIRE(tried.size() == 7);
+  CHECK(tried[0] == 1);
+  CHECK(tried[1] == 2);
+  CHECK(tried[2] == 4);
+  CHECK(tried[3] == doctest::Approx(2.8284).epsilon(1e-4));
+  CHECK(tried[4] == doctest::Approx(2.3784).epsilon(1e-4));
+  CHECK(tried[5] == doctest::Approx(2.5937).epsilon(1e-4));
+  CHECK(tried[6] == doctest::Approx(2.7085).epsilon(1e-4));
+  CHECK(s.status() == "found");
+  CHECK(*s.met == doctest::Approx(2.5937).epsilon(1e-4));
+  CHECK(*s.failed <= *s.met * 1.05);
+  CHECK(s.replays == 7);
+
+  capacity_search never;
+  CHECK(drive(never, [](double) { return false; }) ==
+        std::vector<double>{1, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625});
+  CHECK(never.status() == "none");
+  capacity_search always;
+  CHECK(drive(always, [](double) { return true; }) == std::vector<double>{1, 2, 4, 8, 16, 32, 64});
+  CHECK(always.status() == "at least");
+}
+
+TEST_CASE("capacity: on the excerpt each arm's capacity meets the objective and the next load tried fails") {
+  const std::filesystem::path dir = vtensor::testing::scratch_dir("capacity");
+  const auto run = [&](const std::string& jobs, const std::string& file) {
+    return run_cli({"capacity", "--max-requests", "300", "--arm", "vtensor=vtensor", "--arm", "paged=paged", "--slo",
+                    "ttft_p90<=10s,tpot_p90<=100ms", "--tolerance", "0.1", "--jobs", jobs, "--no-wall", "--json",
+                    (dir / file).string()});
+  };
+  const auto r = run("2", "two.json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.out.find("vs baseline") != std::string::npos);
+  std::ifstream in(dir / "two.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const auto& arms = j["cells"][0]["arms"];
+  REQUIRE(arms.size() == 2);
+  for (const auto& a : arms) {
+    CAPTURE(a["arm"].get<std::string>());
+    REQUIRE(a["status"] == "found");
+    const double capacity = a["capacity"].get<double>(), failed = a["failed_load"].get<double>();
+    CHECK(failed > capacity);
+    CHECK(failed <= capacity * 1.1);
+    bool saw_met = false, saw_failed = false;
+    for (const auto& p : a["probes"]) {
+      if (p["load"].get<double>() == capacity) {
+        saw_met = true;
+        CHECK(p["met"] == true);
+        CHECK(p["ttft_p90_ms"].get<double>() <= 10000);
+        CHECK(p["tpot_p90_ms"].get<double>() <= 100);
+      }
+      if (p["load"].get<double>() == failed) {
+        saw_failed = true;
+        CHECK(p["met"] == false);
+      }
+    }
+    CHECK(saw_met);
+    CHECK(saw_failed);
+    CHECK(a["replays"].get<std::size_t>() == a["probes"].size());
+  }
+  // The searches do not depend on how many replays run at once.
+  REQUIRE(run("1", "one.json").code == 0);
+  std::ifstream a(dir / "two.json"), b(dir / "one.json");
+  CHECK(nlohmann::json::parse(a) == nlohmann::json::parse(b));
+}
+
+TEST_CASE("capacity: bad objectives and options exit 2 naming what is wrong") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"capacity", "--arm", "vt=vtensor"}, "--slo is required"},
+      {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5parsecs"}, "'ttft_p90<=5parsecs'"},
+      {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5s", "--tolerance", "0"}, "--tolerance"},
+      {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5s", "--max-load", "0.5"}, "--max-load"},
+      {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5s", "--time-scale", "2"}, "time-scale"},
+      {{"capacity", "--arm", "vt=nosuchpolicy", "--slo", "ttft_p90<=5s"}, "nosuchpolicy"},
+  };
+  for (const auto& [args, names] : cases) {
+    CAPTURE(args);
+    const auto r = run_cli(args);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.find(names) != std::string::npos, r.err);
+  }
+}
