@@ -146,6 +146,11 @@ std::uint32_t manager::standby_pages() const {
   return scheduler_.standby_pages();
 }
 
+std::size_t manager::parked_count() const {
+  const mutex_lock lock(mutex_);
+  return scheduler_.parked_count();
+}
+
 manager_stats manager::stats() const {
   const mutex_lock lock(mutex_);
   const operations& ops = scheduler_.ops();
@@ -162,6 +167,9 @@ manager_stats manager::stats() const {
   s.standby_builds = sc.standby_builds;
   s.standby_drops = sc.standby_drops;
   s.standby_failures = sc.standby_failures;
+  s.parked = sc.parked;
+  s.parked_reuses = sc.parked_reuses;
+  s.parked_drops = sc.parked_drops;
   const operation_counters c = ops.counters();
   s.cow_bytes = c.cow_bytes;
   s.evicted_nodes = c.evicted_nodes;

@@ -42,6 +42,9 @@ struct manager_stats {
   std::uint64_t standby_builds = 0;        ///< standby vTensors mapped
   std::uint64_t standby_drops = 0;         ///< standby vTensors given back to make room
   std::uint64_t standby_failures = 0;      ///< standby vTensors the driver refused a range
+  std::uint64_t parked = 0;                ///< releases that parked their vTensor (Note [Parked vTensors])
+  std::uint64_t parked_reuses = 0;         ///< creates that took a parked vTensor
+  std::uint64_t parked_drops = 0;          ///< parked vTensors unmapped unused
   std::uint64_t tree_nodes = 0;            ///< rTree nodes
   std::uint64_t tree_pages = 0;            ///< page versions cached in the rTree
   vmm_counters vmm;                        ///< VMM calls and charged time per kind
@@ -138,6 +141,8 @@ class manager {
   [[nodiscard]] std::uint64_t ahead_bytes() const EXCLUDES(mutex_);
   /// Pages the standby vTensor holds mapped now (scheduler::standby_pages()).
   [[nodiscard]] std::uint32_t standby_pages() const EXCLUDES(mutex_);
+  /// Parked vTensors now (scheduler::parked_count()).
+  [[nodiscard]] std::size_t parked_count() const EXCLUDES(mutex_);
   /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
   std::size_t trim() EXCLUDES(mutex_);
   /// Drops all live requests and the prefix cache and releases everything to the driver. The

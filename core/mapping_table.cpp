@@ -7,6 +7,7 @@ mapping& mapping_table::map_deferred_into(device_addr va, chunk_id c, request_id
   chunk_record& r = chunks_[c];
   entry = {va, r.handle};
   mapping& m = vset_.make(va, c, owner, shared);
+  if (r.mappings != 0 && r.parked_mappings == r.mappings) --parked_only_chunks_;  // mapped by a live request now
   if (r.mappings++ == 0) ++mapped_chunks_;
   ++r.ref_count;  // pset::add_ref, on the record at hand
   if (shared && r.shared_mappings++ == 0) ++shared_chunks_;
@@ -17,8 +18,12 @@ mapping& mapping_table::map_deferred_into(device_addr va, chunk_id c, request_id
 // after every call and store it cannot tell apart from it. A run's unrecords read it once.
 void mapping_table::unrecord(pset& chunks, mapping& m) {
   chunk_record& r = chunks[m.chunk];
+  const bool was_parked_only = r.parked_mappings == r.mappings;
+  if (m.parked) --r.parked_mappings;
   if (m.shared && --r.shared_mappings == 0) --shared_chunks_;
   if (--r.mappings == 0) --mapped_chunks_;
+  const bool parked_only = r.mappings != 0 && r.parked_mappings == r.mappings;
+  if (was_parked_only != parked_only) was_parked_only ? --parked_only_chunks_ : ++parked_only_chunks_;
   const chunk_id c = m.chunk;
   vset_.recycle(m);
   chunks.drop_ref(c);
@@ -28,6 +33,22 @@ void mapping_table::make_shared(mapping& m) {
   if (m.shared) return;
   m.shared = true;
   if (chunks_[m.chunk].shared_mappings++ == 0) ++shared_chunks_;
+}
+
+void mapping_table::park(mapping& m, request_id owner) {
+  chunk_record& r = chunks_[m.chunk];
+  m.owner = owner;
+  if (m.parked) return;
+  m.parked = true;
+  if (++r.parked_mappings == r.mappings) ++parked_only_chunks_;
+}
+
+void mapping_table::unpark(mapping& m, request_id owner) {
+  chunk_record& r = chunks_[m.chunk];
+  m.owner = owner;
+  if (!m.parked) return;
+  if (r.parked_mappings-- == r.mappings) --parked_only_chunks_;
+  m.parked = false;
 }
 
 void mapping_table::unrecord_run(std::span<mapping* const> maps) {

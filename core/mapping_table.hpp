@@ -45,6 +45,11 @@ class mapping_table {
   void unrecord(mapping& m) { unrecord(chunks_, m); }
   /// Turns a private mapping into an immutable shared one.
   void make_shared(mapping& m);
+  /// Marks a shared mapping as a parked vTensor's, owned by `owner` (Note [Parked vTensors] in
+  /// scheduler.cpp): a chunk whose every mapping is parked counts as cached, not mapped.
+  void park(mapping& m, request_id owner);
+  /// Gives a parked mapping to `owner`, a live request.
+  void unpark(mapping& m, request_id owner);
   /// Unmaps the contiguous mappings `maps` (adjacent addresses, ascending) in one call; chunks left
   /// unreferenced go to the free pool.
   void unmap_run(std::span<mapping* const> maps);
@@ -58,6 +63,8 @@ class mapping_table {
   [[nodiscard]] std::uint64_t mapped_chunks() const { return mapped_chunks_; }
   /// Chunks mapped shared at least once.
   [[nodiscard]] std::uint64_t shared_chunks() const { return shared_chunks_; }
+  /// Of the mapped chunks, those mapped by parked vTensors only (all of them shared).
+  [[nodiscard]] std::uint64_t parked_only_chunks() const { return parked_only_chunks_; }
 
  private:
   void unrecord(pset& chunks, mapping& m);
@@ -70,6 +77,7 @@ class mapping_table {
   vset vset_;
   std::uint64_t mapped_chunks_ = 0;
   std::uint64_t shared_chunks_ = 0;
+  std::uint64_t parked_only_chunks_ = 0;
 };
 
 }  // namespace vtensor

@@ -7,7 +7,8 @@ void prefix_cache::drop_pages(std::vector<page_version>& pages) {
   for (auto& v : pages) {
     for (chunk_id c : v.chunks) chunks.prefetch(c);  // Note [Dense chunk records]
     for (chunk_id c : v.chunks) {
-      --chunks[c].tree_refs;
+      chunk_record& r = chunks[c];
+      if (--r.tree_refs == 0 && r.parked_mappings > 0 && parked_orphan_) parked_orphan_(c);
       chunks.drop_ref(c);
     }
   }

@@ -6,6 +6,7 @@
 /// Threads: not thread-safe; the step thread only (the manager serialises).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,10 @@ class prefix_cache {
   void drop_expired();
   /// Drops the whole rTree and its references.
   void clear();
+  /// Called with a chunk that loses its last tree reference while parked vTensors map it, before
+  /// the reference is dropped: the host unmaps them, so that the chunk frees as it would without
+  /// them (Note [Parked vTensors] in scheduler.cpp).
+  void on_parked_orphan(std::function<void(chunk_id)> hook) { parked_orphan_ = std::move(hook); }
 
   [[nodiscard]] radix_tree& tree() { return tree_; }
   [[nodiscard]] const radix_tree& tree() const { return tree_; }
@@ -42,6 +47,7 @@ class prefix_cache {
   pset& chunks_;
   radix_tree tree_;
   std::uint64_t evicted_nodes_ = 0;
+  std::function<void(chunk_id)> parked_orphan_;
 };
 
 }  // namespace vtensor

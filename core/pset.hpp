@@ -31,6 +31,7 @@ struct chunk_record {
   std::uint32_t tree_refs = 0;        ///< rTree page entries naming this chunk
   std::uint32_t shared_mappings = 0;  ///< mappings flagged shared (immutable prefix)
   std::uint32_t mappings = 0;         ///< live mappings of this chunk (Note [Mappings counted, not listed])
+  std::uint16_t parked_mappings = 0;  ///< of them, in parked vTensors (Note [Parked vTensors] in scheduler.cpp)
   bool in_free_pool = false;          ///< sits in the free pool
 
   [[nodiscard]] chunk_state state() const {

@@ -11,6 +11,8 @@ namespace vtensor {
 namespace {
 // The standby vTensor's owner in the vSet (Note [Standby vTensor]); no caller may use it.
 constexpr request_id k_standby_id{std::numeric_limits<std::uint64_t>::max()};
+// The parked vTensors' owner (Note [Parked vTensors]); no caller may use it either.
+constexpr request_id k_parked_id{std::numeric_limits<std::uint64_t>::max() - 1};
 }  // namespace
 
 scheduler::scheduler(backend_views backends, kv_geometry geometry, scheduler_config config,
@@ -28,11 +30,24 @@ scheduler::scheduler(backend_views backends, kv_geometry geometry, scheduler_con
   if (config_.standby_pages > 0 && !config_.pipeline) {
     throw std::invalid_argument("scheduler: a standby vTensor needs the pipeline (its pages are the worker's maps)");
   }
+  if (config_.parked_ranges > 0 && !config_.pipeline) {
+    throw std::invalid_argument("scheduler: parked vTensors need the pipeline (their unmaps are the worker's)");
+  }
   if (config_.standby_pages > geometry_.pages_for_tokens(config_.max_context_tokens)) {
     throw std::invalid_argument(fmt::format("scheduler: a standby of {} pages exceeds the context of {} tokens",
                                             config_.standby_pages, config_.max_context_tokens));
   }
   if (config_.runs_worker()) ops_.gate().enable_async(config_.inline_worker);
+  if (config_.parked_ranges > 0) {  // Note [Parked vTensors]: an evicted page unmaps the vTensors parked over it
+    ops_.cache().on_parked_orphan([this](chunk_id c) {
+      op_effects ignored;
+      op_effects& fx = evict_fx_ != nullptr ? *evict_fx_ : ignored;
+      for (std::size_t i = parked_.size(); i-- > 0;) {
+        const auto& maps = parked_[i]->maps;
+        if (std::any_of(maps.begin(), maps.end(), [c](const mapping* m) { return m->chunk == c; })) drop_parked(i, fx);
+      }
+    });
+  }
 }
 
 scheduler::~scheduler() { ops_.maps().untrack_all(); }  // live records unlink before they are destroyed
@@ -71,7 +86,8 @@ void scheduler::account(const vtensor_record& r, int sign) {
 
 std::unique_ptr<vtensor_record> scheduler::new_record(request_id id, std::uint64_t max_tokens) {
   if (live_.contains(id)) throw std::invalid_argument(fmt::format("request {} is already live", id.value));
-  if (id == k_standby_id) throw std::invalid_argument(fmt::format("request id {} is reserved", id.value));
+  if (id == k_standby_id || id == k_parked_id)
+    throw std::invalid_argument(fmt::format("request id {} is reserved", id.value));
   if (max_tokens == 0) max_tokens = config_.max_context_tokens;
   if (max_tokens > config_.max_context_tokens) {
     throw std::invalid_argument(fmt::format("request {}: max tokens {} exceed the context of {} tokens", id.value,
@@ -257,7 +273,8 @@ void scheduler::discard(vtensor_record& r, std::span<const chunk_id> chunks) {
 bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
                       std::span<const chunk_id> partial_src, std::uint64_t partial_bytes, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
-  const std::uint32_t held = std::max(shared, rec.mapped_pages);  // adopted from the standby: mapped already
+  const std::uint32_t adopted = rec.mapped_pages;  // taken mapped from the standby or a parked vTensor
+  const std::uint32_t held = std::max(shared, adopted);
   const std::size_t own_count = std::size_t{needed > held ? needed - held : 0} * tensors;
   yield_standby(own_count, fx);
   if (!ops_.pool().alloc_run(own_count, &ops_.cache(), chunks)) {
@@ -269,7 +286,9 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
   const std::size_t required = chunks.size();
   const std::uint32_t target = lookahead_target(rec, needed);
   alloc_ahead(target > std::max(needed, held) ? target - std::max(needed, held) : 0, chunks, fx);
-  const std::span<const chunk_id> own(chunks.begin() + std::ptrdiff_t{shared} * tensors, chunks.end());
+  // `chunks` starts at page `adopted`: the shared pages not adopted, then the request's own.
+  const std::span<const chunk_id> own(
+      chunks.begin() + std::ptrdiff_t{shared > adopted ? shared - adopted : 0} * tensors, chunks.end());
   if (config_.pipeline) {
     try {
       build_pipelined(rec, chunks, shared, needed, partial_src, partial_bytes, fx);
@@ -434,6 +453,112 @@ void scheduler::yield_standby(std::size_t chunks, op_effects& fx) {
   ++counters_.standby_drops;
 }
 
+// Note [Parked vTensors]
+// A standby serves admissions that miss the cache; one that hits must have its cached pages at
+// the start of its range, and with the pipeline those maps (a map and a set-access per chunk:
+// a 4,000-token cached prefix in token-major is 250 chunks, about 11 ms on an H200) are the
+// admission's wait after an idle spell, which a policy of block tables never pays. But a
+// finished request's leading pages are, once recorded, exactly such a cached prefix, already
+// mapped at the start of its range; in a conversation the next turn's prompt begins with them.
+// So, with `parked_ranges` set, a release with the pipeline keeps its vTensor mapped over its
+// leading pages that the rTree holds (whole pages on its pinned path whose chunks have tree
+// references), marks them shared (immutable: their owner is gone), unmaps the rest on the worker
+// as any release, and parks the range, pinning its path so that no eviction takes what it maps.
+// A create whose match shares whole pages takes the parked vTensor whose leading pages are the
+// most of those pages, chunk for chunk (the newest on a tie): the range becomes the request's,
+// those pages its first shared pages, mapped already; pages of the parked vTensor beyond them are
+// unmapped on the worker, and the request maps the rest of its shared prefix and its own pages as
+// any admission. What a parked vTensor changes is which maps are made, never a hit: its pages are
+// cached whether or not it holds them mapped, a chunk mapped only by parked vTensors counts as
+// cached in the memory figures (mapping_table::parked_only_chunks()), and before any eviction
+// (an allocation the pool and the device cannot serve) and before an expiring order (ttl) drops
+// what is due, every parked vTensor is unmapped and unpinned, so the eviction chooses as it would
+// without them. At most `parked_ranges` are kept; a new one unmaps the oldest. Its mappings are
+// owned by a reserved id (a new request may take the old one's); sim and cuda take the same
+// decisions, and on cuda the request's pointer is the parked range. The clock's side: Note
+// [Mapping worker model] in sim/vtensor_policy.hpp.
+bool scheduler::park(vtensor_record& r, op_effects& fx) {
+  const std::uint32_t tensors = geometry_.tensors();
+  if (!config_.pipeline) return false;
+  const std::uint32_t limit = std::min(r.recorded_pages, r.mapped_pages);
+  std::uint32_t keep = 0;
+  for (; keep < limit; ++keep) {
+    bool cached = true;
+    for (std::uint32_t t = 0; t < tensors && cached; ++t)
+      cached = ops_.pool().records()[r.maps[std::size_t{keep} * tensors + t]->chunk].tree_refs > 0;
+    if (!cached) break;
+  }
+  if (keep == 0) return false;
+  if (parked_.size() >= config_.parked_ranges) drop_parked(0, fx);
+  fx.kept_job = r.ticket;
+  if (keep < r.mapped_pages) unmap_tail(r, keep, fx);
+  for (std::uint32_t p = 0; p < keep; ++p) {
+    for (std::uint32_t t = 0; t < tensors; ++t) {
+      mapping& m = *r.maps[std::size_t{p} * tensors + t];
+      ops_.maps().make_shared(m);
+      ops_.maps().park(m, k_parked_id);
+    }
+  }
+  mapped_pages_ -= keep;  // cached pages, not a live request's: no part of ahead_bytes()
+  r.id = k_parked_id;
+  r.shared_pages = keep;
+  r.tokens = std::uint64_t{keep} * geometry_.chunk_bytes() / geometry_.bytes_per_token_per_tensor();
+  r.ready_pages = std::min(r.ready_pages, keep);
+  fx.kept_pages = keep;
+  ++counters_.parked;
+  return true;
+}
+
+std::uint32_t scheduler::adopt_parked(vtensor_record& rec, const prefix_match& m, op_effects& fx) {
+  const std::uint32_t tensors = geometry_.tensors();
+  std::size_t best = 0;
+  std::uint32_t best_pages = 0;
+  for (std::size_t i = parked_.size(); i-- > 0;) {  // newest first
+    const vtensor_record& p = *parked_[i];
+    const std::uint32_t limit = std::min(p.mapped_pages, m.shared);
+    std::uint32_t same = 0;
+    for (; same < limit; ++same) {
+      bool equal = true;
+      for (std::uint32_t t = 0; t < tensors && equal; ++t)
+        equal = p.maps[std::size_t{same} * tensors + t]->chunk == m.best[same]->chunks[t];
+      if (!equal) break;
+    }
+    if (same > best_pages) {
+      best = i;
+      best_pages = same;
+    }
+  }
+  if (best_pages == 0) return 0;
+  vtensor_record& p = *parked_[best];
+  if (best_pages < p.mapped_pages) {
+    mapped_pages_ += p.mapped_pages - best_pages;  // unmap_tail subtracts them: a parked vTensor's were not counted
+    unmap_tail(p, best_pages, fx);
+  }
+  ops_.maps().untrack(p);
+  rec.base = p.base;
+  rec.maps = std::move(p.maps);
+  rec.mapped_pages = best_pages;
+  rec.ready_pages = std::min(p.ready_pages, best_pages);
+  rec.ticket = p.ticket;
+  for (mapping* mp : rec.maps) ops_.maps().unpark(*mp, rec.id);
+  ops_.maps().track(rec);
+  mapped_pages_ += best_pages;
+  fx.reused_pages = best_pages;
+  fx.reused_job = p.ticket;
+  parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(best));
+  ++counters_.parked_reuses;
+  return best_pages;
+}
+
+void scheduler::drop_parked(std::size_t i, op_effects& fx) {
+  vtensor_record& p = *parked_[i];
+  // unmap_all subtracts the pages from mapped_pages_, which a parked vTensor left already.
+  mapped_pages_ += p.mapped_pages;
+  (void)unmap_all(p, &fx);
+  parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
+  ++counters_.parked_drops;
+}
+
 void scheduler::unmap_tail(vtensor_record& r, std::uint32_t keep, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
   mapping_job job;
@@ -536,7 +661,9 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
   auto rec = new_record(id, max_tokens);
   validate_prompt(*rec, blocks, prompt_tokens);
   const operation_counters before = ops_.counters();
-  ops_.cache().drop_expired();  // Note [Expiry at admission]
+  op_effects fx;
+  const evict_scope scope(evict_fx_, fx);  // an eviction's unmaps of parked vTensors are this call's
+  ops_.cache().drop_expired();             // Note [Expiry at admission]
   const prefix_match m = match_prefix(blocks, prompt_tokens);
   const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(prompt_tokens));
 
@@ -545,13 +672,13 @@ create_result scheduler::create(request_id id, std::span<const token_block> bloc
     rec->pinned = m.path.deepest();
     ops_.cache().tree().pin(*rec->pinned);
   }
+  static const std::vector<chunk_id> k_none;
+  const std::uint32_t reused = m.shared > 0 && !parked_.empty() ? adopt_parked(*rec, m, fx) : 0;
   std::vector<chunk_id> chunks;
   chunks.reserve(std::size_t{needed + config_.lookahead_pages} * geometry_.tensors());
-  for (std::uint32_t p = 0; p < m.shared; ++p) {
+  for (std::uint32_t p = reused; p < m.shared; ++p) {
     chunks.insert(chunks.end(), m.best[p]->chunks.begin(), m.best[p]->chunks.end());
   }
-  static const std::vector<chunk_id> k_none;
-  op_effects fx;
   if (standby_ && m.hit == 0) {  // Note [Standby vTensor]
     const std::uint32_t kept = std::min(standby_->mapped_pages, max_pages(*rec));
     if (ops_.pool().holds_without_eviction(std::size_t{needed > kept ? needed - kept : 0} * geometry_.tensors())) {
@@ -602,6 +729,7 @@ extend_result scheduler::extend(request_id id, std::uint64_t tokens) {
   const auto needed = static_cast<std::uint32_t>(geometry_.pages_for_tokens(total));
   const operation_counters before = ops_.counters();
   op_effects& fx = result.effects;
+  const evict_scope scope(evict_fx_, fx);
   if (config_.pipeline && needed > r.ready_pages) {  // its jobs first: the range may have been unmapped by one
     wait_ready(r, fx);
     fx.waited_first = true;
@@ -717,6 +845,7 @@ create_result scheduler::fork(request_id parent_id, request_id child_id) {
     partial_src.push_back(parent.maps[std::size_t{shared} * tensors + t]->chunk);
   }
   op_effects fx;
+  const evict_scope scope(evict_fx_, fx);
   const bool built = build(*rec, chunks, shared, needed, partial_src, partial_bytes, fx);
   pool_effects(before, fx);
   if (!built) return {alloc_status::needs_preemption, 0, 0, 0, fx};
@@ -823,7 +952,8 @@ void scheduler::release(vtensor_record& r, op_effects& fx) {
   account(r, -1);
   if (r.pinned != nullptr) ops_.cache().tree().unpin(*r.pinned);
   r.pinned = nullptr;
-  if (config_.pipeline) {  // Note [Releases on the worker]
+  if (config_.parked_ranges > 0 && park(r, fx)) return;  // Note [Parked vTensors]: the caller parks it
+  if (config_.pipeline) {                                // Note [Releases on the worker]
     (void)unmap_all(r, &fx);
     return;
   }
@@ -837,7 +967,7 @@ op_effects scheduler::finish(request_id id, std::span<const token_block> extra_b
   op_effects fx;
   (void)record_prefix(r, extra_blocks, r.tokens);
   release(r, fx);
-  erase_live(id);
+  retire(id, fx);
   return fx;
 }
 
@@ -846,9 +976,14 @@ op_effects scheduler::preempt(request_id id) {
   op_effects fx;
   if (config_.record_on_preempt) (void)record_prefix(r, {}, r.tokens);
   release(r, fx);
-  erase_live(id);
+  retire(id, fx);
   ++counters_.preempted;
   return fx;
+}
+
+void scheduler::retire(request_id id, const op_effects& fx) {
+  if (fx.kept_pages > 0) parked_.push_back(std::move(live_.find(id)->second));  // Note [Parked vTensors]
+  erase_live(id);
 }
 
 vtensor_view scheduler::view(const vtensor_record& r) const {
@@ -867,8 +1002,10 @@ memory_stats scheduler::memory() const {
   const std::uint64_t chunk = geometry_.chunk_bytes();
   memory_stats m;
   m.physical_bytes = ops_.pool().records().live() * chunk;
-  m.mapped_bytes = ops_.maps().mapped_chunks() * chunk;
-  m.used_bytes = own_valid_bytes_ + ops_.maps().shared_chunks() * chunk;
+  // A chunk mapped by parked vTensors alone is a cached prefix's (Note [Parked vTensors]).
+  const std::uint64_t parked_only = ops_.maps().parked_only_chunks();
+  m.mapped_bytes = (ops_.maps().mapped_chunks() - parked_only) * chunk;
+  m.used_bytes = own_valid_bytes_ + (ops_.maps().shared_chunks() - parked_only) * chunk;
   m.free_pool_bytes = ops_.pool().records().free_count() * chunk;
   m.cached_bytes = m.physical_bytes - m.mapped_bytes - m.free_pool_bytes;
   m.logical_bytes = logical_bytes();
@@ -879,6 +1016,7 @@ void scheduler::settle() {
   ops_.settle();
   for (auto& [id, r] : live_) r->ready_pages = r->mapped_pages;
   if (standby_) standby_->ready_pages = standby_->mapped_pages;
+  for (auto& p : parked_) p->ready_pages = p->mapped_pages;
 }
 
 void scheduler::shutdown() {
@@ -887,6 +1025,7 @@ void scheduler::shutdown() {
   for (auto& [id, r] : live_) release(*r, ignored);
   if (standby_) (void)unmap_all(*standby_, &ignored);  // only with the pipeline: as its releases
   standby_.reset();
+  while (!parked_.empty()) drop_parked(parked_.size() - 1, ignored);
   round_.clear();
   round_left_ = 0;
   live_.clear();
@@ -933,6 +1072,7 @@ void scheduler::check_pins() const {
   for (const auto& [id, r] : live_) {
     if (r->pinned != nullptr) ++pins[r->pinned];
   }
+
   auto expect = [&](auto&& self, const radix_node& n) -> std::uint32_t {
     std::uint32_t sum = 0;
     auto it = pins.find(&n);
@@ -963,6 +1103,15 @@ void scheduler::check_invariants() const {
     mappings += standby_->maps.size();
     mapped_pages += standby_->mapped_pages;
   }
+  for (const auto& p : parked_) {  // Note [Parked vTensors]: shared cached pages, a pin, no page counted
+    check_record(*p);
+    if (p->pinned != nullptr) fail("a parked vTensor pins a node");
+    for (const mapping* m : p->maps) {
+      if (!m->parked || ops_.pool().records()[m->chunk].tree_refs == 0)
+        fail(fmt::format("a parked vTensor maps chunk {} that is not a parked cached page", m->chunk.value));
+    }
+    mappings += p->maps.size();
+  }
   if (mapped_pages != mapped_pages_ || token_pages != token_pages_) {
     fail(fmt::format("pages mapped {} (counted {}), filled by tokens {} (counted {})", mapped_pages, mapped_pages_,
                      token_pages, token_pages_));
@@ -971,8 +1120,8 @@ void scheduler::check_invariants() const {
   if (logical != logical_tokens_) fail("logical tokens drifted");
   if (mappings != ops_.maps().records().size()) fail("a mapping belongs to no live request");
   check_pins();
-  const std::uint64_t ranges =
-      live_.size() + (standby_ ? 1 : 0) + ops_.ranges().cached() + (ops_.ranges().has_scratch() ? 1 : 0);
+  const std::uint64_t ranges = live_.size() + (standby_ ? 1 : 0) + parked_.size() + ops_.ranges().cached() +
+                               (ops_.ranges().has_scratch() ? 1 : 0);
   if (const auto idle = ops_.gate().backend_if_idle(); idle && idle->live.ranges != ranges) {
     fail(fmt::format("backend holds {} ranges, expected {}", idle->live.ranges, ranges));
   }

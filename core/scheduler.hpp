@@ -56,6 +56,9 @@ struct scheduler_config {
   /// With the pipeline: pages a standby vTensor keeps mapped for the next admission that misses
   /// the prefix cache (Note [Standby vTensor]; 0: none).
   std::uint32_t standby_pages = 0;
+  /// With the pipeline: finished requests' vTensors kept mapped over their cached prefix, for a
+  /// later request with that prefix to take (Note [Parked vTensors]; 0: none).
+  std::uint32_t parked_ranges = 0;
   /// The worker runs each job on the calling thread as it is submitted, not on a thread of its
   /// own: for a simulated device, whose clock does not read wall time (Note [Inline worker] in
   /// async_mapper.hpp). Changes no decision and no simulated figure.
@@ -90,6 +93,10 @@ struct op_effects {
   std::uint32_t standby_pages = 0;     ///< pages of a new standby, mapped by the worker in one job
   std::uint64_t standby_job = 0;       ///< that job's ticket (0: none), after the call's own jobs
   std::uint32_t dropped_standby = 0;   ///< standby pages given back to make room (their unmaps in worker_unmaps)
+  std::uint32_t reused_pages = 0;      ///< pages a create took mapped from a parked vTensor (Note [Parked vTensors])
+  std::uint64_t reused_job = 0;        ///< the last map job of that vTensor's request (0: none)
+  std::uint32_t kept_pages = 0;        ///< pages a release kept mapped in a parked vTensor
+  std::uint64_t kept_job = 0;          ///< its request's last map job (0: none)
   std::uint64_t chunks_created = 0;    ///< chunks created through the backend by the calling thread
   std::uint64_t pool_chunks = 0;       ///< chunks taken from the free pool
   std::uint64_t evicted_nodes = 0;     ///< cached prefixes evicted to make room
@@ -125,6 +132,9 @@ struct scheduler_counters {
   std::uint64_t standby_builds = 0;      ///< standbys mapped
   std::uint64_t standby_drops = 0;       ///< standbys given back to make room
   std::uint64_t standby_failures = 0;    ///< standbys not mapped: the driver refused their range
+  std::uint64_t parked = 0;              ///< releases that parked their vTensor (Note [Parked vTensors])
+  std::uint64_t parked_reuses = 0;       ///< creates that took a parked vTensor
+  std::uint64_t parked_drops = 0;        ///< parked vTensors unmapped unused (make room, expiry, the cap)
 };
 
 /// The scheduler.
@@ -186,6 +196,8 @@ class scheduler {
   }
   /// Pages the standby vTensor holds mapped now (0: none; Note [Standby vTensor]).
   [[nodiscard]] std::uint32_t standby_pages() const { return standby_ ? standby_->mapped_pages : 0; }
+  /// Parked vTensors now (Note [Parked vTensors]).
+  [[nodiscard]] std::size_t parked_count() const { return parked_.size(); }
 
   /// Releases free-pool chunks and cached ranges to the driver; returns chunks released.
   std::size_t trim() { return ops_.trim(); }
@@ -235,9 +247,19 @@ class scheduler {
   void adopt_standby(vtensor_record& rec, op_effects& fx);
   /// Maps a new standby from the free pool when there is none and the pool holds its pages.
   void build_standby(op_effects& fx);
-  /// Gives the standby's pages back (unmapped on the worker) when an allocation of `chunks` that
-  /// may evict would have to.
+  /// Gives the standby's pages back (unmapped on the worker), and unmaps every parked vTensor,
+  /// when an allocation of `chunks` that may evict would have to.
   void yield_standby(std::size_t chunks, op_effects& fx);
+  /// Note [Parked vTensors]: keeps `r` (released, its prefix recorded) mapped over its leading
+  /// cached pages; false when it has none (then release it as usual).
+  [[nodiscard]] bool park(vtensor_record& r, op_effects& fx);
+  /// Hands `rec` the parked vTensor whose leading pages are the most of `m`'s shared ones; returns
+  /// how many (0: none taken).
+  std::uint32_t adopt_parked(vtensor_record& rec, const prefix_match& m, op_effects& fx);
+  /// Ends live request `id` after its release: parked when the release kept its pages (`fx`).
+  void retire(request_id id, const op_effects& fx);
+  /// Unmaps parked vTensor `i` on the worker.
+  void drop_parked(std::size_t i, op_effects& fx);
   /// Unmaps `r`'s pages from `keep` on (on the worker, recorded in `fx`).
   void unmap_tail(vtensor_record& r, std::uint32_t keep, op_effects& fx);
   /// Ends request `id`'s record (and a growth round that holds it).
@@ -272,8 +294,18 @@ class scheduler {
                        op_effects& fx);
   bool build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::uint32_t shared, std::uint32_t needed,
              std::span<const chunk_id> partial_src, std::uint64_t partial_bytes, op_effects& fx);
-  std::unique_ptr<vtensor_record> standby_;  // Note [Standby vTensor]
-  std::vector<mapping*> run_;                // scratch for unmap runs
+  std::unique_ptr<vtensor_record> standby_;              // Note [Standby vTensor]
+  std::vector<std::unique_ptr<vtensor_record>> parked_;  // Note [Parked vTensors], oldest first
+  op_effects* evict_fx_ = nullptr;  // the effects of the call that may evict now (parked vTensors' unmaps)
+  /// Names the effects of the call under way for the eviction hook, and forgets them after.
+  struct evict_scope {
+    op_effects*& slot;
+    evict_scope(op_effects*& s, op_effects& fx) : slot(s) { slot = &fx; }
+    ~evict_scope() { slot = nullptr; }
+    evict_scope(const evict_scope&) = delete;
+    evict_scope& operator=(const evict_scope&) = delete;
+  };
+  std::vector<mapping*> run_;  // scratch for unmap runs
 
   kv_geometry geometry_;
   scheduler_config config_;

@@ -20,6 +20,7 @@ mapping& vset::make(device_addr va, chunk_id chunk, request_id owner, bool share
   m->chunk = chunk;
   m->owner = owner;
   m->shared = shared;
+  m->parked = false;
   return *m;
 }
 

@@ -28,6 +28,7 @@ struct mapping {
   request_id owner;     ///< the live request whose vTensor holds the span
   chunk_id chunk;       ///< the chunk mapped there
   bool shared = false;  ///< immutable shared-prefix mapping (no one writes it); else the owner's private page
+  bool parked = false;  ///< in a parked vTensor's range (Note [Parked vTensors] in scheduler.cpp)
 };
 static_assert(sizeof(mapping) == 24, "Note [Mappings counted, not listed] in pset.hpp");
 

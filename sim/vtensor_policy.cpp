@@ -22,6 +22,8 @@ double us(sim_ns t) { return static_cast<double>(t.count()) / 1e3; }
 // The command line's standby (Note [Standby vTensor] in core/scheduler.cpp): chosen in issue 33 by
 // the Azure conversation trace's TTFT against the worker time it costs (results/compare/standby/).
 constexpr std::uint64_t k_standby_tokens_default = 4096;
+// The command line's parked vTensors (Note [Parked vTensors] in core/scheduler.cpp).
+constexpr std::uint32_t k_parked_default = 64;
 
 std::vector<option_row<vtensor_settings>> vtensor_table() {
   using s = vtensor_settings;
@@ -46,6 +48,11 @@ std::vector<option_row<vtensor_settings>> vtensor_table() {
           "with the pipeline, tokens of a standby vTensor the worker keeps mapped for the next admission that "
           "misses the prefix cache (0: none)",
           &s::standby_tokens, k_standby_tokens_default),
+      count_option<s, std::uint32_t>(
+          "parked",
+          "with the pipeline, finished requests' vTensors kept mapped over their cached prefix, for a later "
+          "request with that prefix to take (0: none)",
+          &s::parked, k_parked_default),
       truth_option<s>("late-admission",
                       "with the pipeline, admit a request that arrives during a step for the next one when "
                       "the worker can map its first prefill chunk before that step begins (true/false)",
@@ -93,6 +100,7 @@ vtensor_policy_options vtensor_options(const kv_policy_options& o, const vtensor
     }
     c.standby_pages = static_cast<std::uint32_t>(v.manager.geometry.pages_for_tokens(s.standby_tokens));
   }
+  if (s.pipeline) c.parked_ranges = s.parked;
   return v;
 }
 
@@ -285,13 +293,22 @@ void vtensor_policy::model_pipeline_admit(request_id id, const op_effects& fx, b
   count_worker(vmm_call::map, fx.worker_pages * tensors);
   count_worker(vmm_call::set_access, fx.worker_pages * tensors);
   // Pages taken from the standby were mapped by its job (Note [Standby vTensor] in core/scheduler.cpp).
-  const sim_ns adopted_done = fx.adopted_pages > 0 ? standby_done_ : sim_ns{0};
-  const sim_ns first_done = fx.first_pages > 0     ? std::max(adopted_done, start + map_price(fx.first_pages))
-                            : fx.adopted_pages > 0 ? adopted_done
-                                                   : start;
+  // Pages taken from a parked vTensor were mapped by its request's jobs (Note [Parked vTensors]).
+  sim_ns adopted_done = fx.adopted_pages > 0 ? standby_done_ : sim_ns{0};
+  if (fx.reused_pages > 0) {
+    if (const auto it = parked_done_.find(fx.reused_job); it != parked_done_.end()) {
+      adopted_done = std::max(adopted_done, it->second);
+      parked_done_.erase(it);
+    }
+  }
+  const bool adopted = fx.adopted_pages > 0 || fx.reused_pages > 0;
+  const sim_ns first_done = fx.first_pages > 0 ? std::max(adopted_done, start + map_price(fx.first_pages))
+                            : adopted          ? adopted_done
+                                               : start;
   const sim_ns all = map_price(fx.worker_pages);
   sim_ns done = start + all;
-  if (fx.adopted_pages > 0 && fx.worker_job == 0) last_job_[id.value] = {fx.adopted_job, adopted_done};
+  if (adopted && fx.worker_job == 0)
+    last_job_[id.value] = {fx.adopted_pages > 0 ? fx.adopted_job : fx.reused_job, adopted_done};
   if (fx.worker_job != 0) last_job_[id.value] = {fx.worker_job, done};
   if (fx.worker_pages > fx.first_pages) rest_due_.push_back(done);
   clock_.jobs += fx.worker_job != 0 ? 1 : 0;
@@ -451,7 +468,12 @@ void vtensor_policy::do_release(request_id id, release_reason why) {
   const sim_ns start = now();
   const op_effects fx = why == release_reason::finished ? manager_->finish(id) : manager_->preempt(id);
   --live_;
-  wait_for(id, fx.waited_job, start);  // the core waits for deferred mappings before it unmaps
+  wait_for(id, fx.waited_job, start);           // the core waits for deferred mappings before it unmaps
+  if (fx.kept_pages > 0 && fx.kept_job != 0) {  // parked: its pages' maps end when its last job does
+    const auto it = last_job_.find(id.value);
+    const bool known = it != last_job_.end() && it->second.ticket == fx.kept_job && it->second.done != k_not_started;
+    parked_done_[fx.kept_job] = known ? it->second.done : now();
+  }
   last_job_.erase(id.value);
   book_step_calls();
   do_release_model(fx);
@@ -557,6 +579,7 @@ nlohmann::ordered_json vtensor_policy::do_describe() const {
   j["record_on_preempt"] = m.scheduler.record_on_preempt;
   j["late_admission"] = options_.late_admission;
   j["standby_pages"] = m.scheduler.standby_pages;
+  j["parked_ranges"] = m.scheduler.parked_ranges;
   return j;
 }
 
@@ -587,6 +610,9 @@ void vtensor_policy::do_extra_figures(nlohmann::ordered_json& m) const {
   m["standby_builds"] = s.standby_builds;
   m["standby_drops"] = s.standby_drops;
   m["standby_failures"] = s.standby_failures;
+  m["parked"] = s.parked;  // Note [Parked vTensors] in core/scheduler.cpp
+  m["parked_reuses"] = s.parked_reuses;
+  m["parked_drops"] = s.parked_drops;
 }
 
 }  // namespace vtensor::sim

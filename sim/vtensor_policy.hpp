@@ -41,11 +41,11 @@
 ///   admission that takes the standby vTensor (Note [Standby vTensor] in core/scheduler.cpp) has
 ///   its first pages mapped by the standby's job, which ran on the worker clock when a previous
 ///   admission handed it out (after that admission's own jobs): the step waits for the later of
-///   that job's end and the jobs of its pages beyond the standby's. Unmaps of standby pages beyond a
-///   request's reservation, or of a standby given back to make room, are priced as a release's. In wall
-///   time (on `cuda`) the replica still builds a step after the previous one ended, so the real
-///   jobs run beside the step that computes them (emulated compute reads no memory); only the
-///   model places them beside the previous one;
+///   that job's end and the jobs of its pages beyond the standby's; one that takes a parked vTensor
+///   (Note [Parked vTensors]) for the modelled end of that vTensor's request's last job. Unmaps of standby pages beyond
+///   a request's reservation, or of a standby given back to make room, are priced as a release's. In wall time (on
+///   `cuda`) the replica still builds a step after the previous one ended, so the real jobs run beside the step that
+///   computes them (emulated compute reads no memory); only the model places them beside the previous one;
 /// - releases with the pipeline unmap on the worker (Note [Releases on the worker]): priced
 ///   per chunk, nobody waits; since in the pipelined order they come after the next step's
 ///   admissions, they are added to the worker clock at the next boundary;
@@ -157,6 +157,9 @@ struct vtensor_settings {
   /// With the pipeline: tokens a standby vTensor keeps mapped for the next admission that misses
   /// the prefix cache (Note [Standby vTensor] in core/scheduler.cpp; 0: none).
   std::uint64_t standby_tokens = 0;
+  /// With the pipeline: finished requests' vTensors kept mapped over their cached prefix (Note
+  /// [Parked vTensors] in core/scheduler.cpp; 0: none).
+  std::uint32_t parked = 0;
   eviction_config eviction;                                ///< prefix-cache eviction order (without clock and oracle)
   publish_moment publish = publish_moment::eager;          ///< when computed KV is shared
   partial_page_policy partial = partial_page_policy::cow;  ///< partial prefix page
@@ -305,6 +308,7 @@ class vtensor_policy final : public kv_policy {
   sim_ns carry_{};                // the next step's wait for them, booked at its first call
   sim_ns rest_wait_time_{};
   sim_ns standby_done_{};  // the modelled end of the standby's map job (Note [Standby vTensor] in core/scheduler.cpp)
+  std::unordered_map<std::uint64_t, sim_ns> parked_done_;       // a parked vTensor's last map job -> its modelled end
   std::array<std::uint64_t, k_vmm_call_kinds> worker_calls_{};  // calls handed to the worker, by kind
   round_lease lease_;                                           // the manager's rounds of the last decode round
   void count_worker(vmm_call c, std::uint64_t n) { worker_calls_[static_cast<std::size_t>(c)] += n; }

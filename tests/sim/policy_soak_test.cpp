@@ -201,12 +201,23 @@ TEST_SUITE("policy_soak") {
   TEST_CASE("soak under faults: vtensor's standby is taken, rebuilt and given back (Note [Standby vTensor])") {
     for (const std::uint64_t memory : {std::uint64_t{3} * k_gib, std::numeric_limits<std::uint64_t>::max()}) {
       INFO("memory " << memory);
-      const soak_figures f = soak(choose_policy("vtensor", {{"standby-tokens", "1024"}}), memory, 99);
+      const soak_figures f = soak(choose_policy("vtensor", {{"standby-tokens", "1024"}, {"parked", "0"}}), memory, 99);
       MESSAGE("memory " << memory << ": " << f.model.dump());
       CHECK(f.admitted > 0);
       CHECK(f.model["standby_adoptions"].get<std::uint64_t>() > 0);
       CHECK(f.model["standby_builds"].get<std::uint64_t>() >= f.model["standby_adoptions"].get<std::uint64_t>());
       if (memory != std::numeric_limits<std::uint64_t>::max()) CHECK(f.model["standby_drops"].get<std::uint64_t>() > 0);
+    }
+  }
+  TEST_CASE("soak under faults: vtensor's parked vTensors are taken and unmapped (Note [Parked vTensors])") {
+    for (const std::uint64_t memory : {std::uint64_t{3} * k_gib, std::numeric_limits<std::uint64_t>::max()}) {
+      INFO("memory " << memory);
+      const soak_figures f = soak(choose_policy("vtensor", {{"parked", "8"}}), memory, 77);
+      MESSAGE("memory " << memory << ": " << f.model.dump());
+      CHECK(f.admitted > 0);
+      CHECK(f.model["parked_reuses"].get<std::uint64_t>() > 0);
+      CHECK(f.model["parked_drops"].get<std::uint64_t>() > 0);
+      CHECK(f.model["parked"].get<std::uint64_t>() >= f.model["parked_reuses"].get<std::uint64_t>());
     }
   }
   TEST_CASE("soak under faults: every eviction order on paged") { soak_orders("paged"); }

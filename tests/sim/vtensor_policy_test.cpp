@@ -333,6 +333,42 @@ TEST_CASE("vtensor policy: after an idle spell an admission that takes the stand
   CHECK(idle_admission[1].count() == 0);
 }
 
+TEST_CASE("vtensor policy: after an idle spell the next turn takes the parked range and maps only its new pages") {
+  // Note [Parked vTensors] in core/scheduler.cpp: kv-fused pages of 512 tokens, 32 chunks each.
+  const std::vector<token_block> turn1{{1, 512}, {2, 512}};
+  const std::vector<token_block> turn2{{1, 512}, {2, 512}, {3, 512}};
+  std::vector<sim_ns> waited;
+  for (const std::uint32_t parked : {0U, 4U}) {
+    CAPTURE(parked);
+    auto o = vtensor_options(llama_policy(k_unlimited, false));
+    o.manager.scheduler.pipeline = true;
+    o.manager.scheduler.pipeline_chunk_tokens = 8192;
+    o.manager.scheduler.parked_ranges = parked;
+    o.publish = publish_moment::eager;
+    vtensor_policy p(o);
+    p.advance_to(sim_us{1000});
+    REQUIRE(p.admit({request_id{1}, turn1, 1100, 2000}).admitted);  // 3 pages, 2 named by blocks
+    p.computed(request_id{1}, 1100);
+    p.release(request_id{1}, release_reason::finished);
+    CHECK(p.kv_manager().parked_count() == parked / 4);
+    p.advance_to(sim_us{1'000'000});  // an idle spell
+    p.advance_to(sim_us{2'000'000});
+    const sim_ns before = p.critical_vmm_time();
+    const kv_admit_result a = p.admit({request_id{2}, turn2, 1600, 2000});  // 4 pages: 2 cached, 2 its own
+    REQUIRE(a.admitted);
+    CHECK(a.hit_tokens == 1024);
+    waited.push_back(p.critical_vmm_time() - before);
+    CHECK(p.kv_manager().stats().parked_reuses == parked / 4);
+    p.release(request_id{2}, release_reason::finished);
+    p.settle();
+    p.check_invariants();
+    CHECK(p.stats().vmm.calls == p.kv_manager().stats().vmm.calls);
+  }
+  // The same calls on the step thread (creates of the chunks the pool lacks) in both; without the
+  // parked range the step also waits for the maps of the two cached pages.
+  CHECK((waited[0] - waited[1]).count() == static_cast<std::int64_t>(2 * page_job_ns()));
+}
+
 TEST_CASE("vtensor policy: the rest of a long prompt is due when its second chunk's step begins") {
   for (const std::uint64_t step_us : {1000, 1'000'000}) {
     CAPTURE(step_us);
