@@ -11,6 +11,9 @@
 #   standby/    vtensor with standby vTensors of 0 to 8192 tokens beside paged and vattention on
 #               both Azure traces (every admission misses the cache), default memory (issue 33:
 #               Note [Standby vTensor] in core/scheduler.cpp picks the default from it);
+#   parked/     vtensor with and without parked vTensors beside paged and radix on the gen-trace
+#               multi-turn trace above (hits after idle spells: Note [Parked vTensors] in
+#               core/scheduler.cpp) at the default memory, 64 GiB and 16 GiB;
 #   paper-*/    the vTensor paper's scenario of tools/paper-scenario.sh (A100, Yi-6B and Yi-34B on
 #               two GPUs, both traces compressed 100x, vtensor against paged with 16-token blocks
 #               and radix), one folder per model.
@@ -44,6 +47,8 @@ standby=()
 for tokens in 0 1024 2048 4096 8192; do standby+=(--arm "standby-$tokens=vtensor --standby-tokens $tokens"); done
 run standby traces/data/AzureLLMInferenceTrace_conv.csv traces/data/AzureLLMInferenceTrace_code.csv "${standby[@]}" \
   --arm paged=paged --arm vattention=vattention --sample-ms 10000
+run parked "$gen/multi-turn.jsonl" --arm parked-0='vtensor --parked 0' --arm parked-64='vtensor --parked 64' \
+  --arm paged=paged --arm radix=radix --memory default,64GiB,16GiB --sample-ms 10000
 paper=(--arm vtensor=vtensor --arm paged='paged --block-tokens 16' --arm radix=radix --gpu a100-80gb --time-scale 0.01
   --kernel-factors 2024,modern --sample-ms 10000)
 run paper-yi-6b traces/data/mooncake_conversation_trace.jsonl traces/data/AzureLLMInferenceTrace_conv.csv \
