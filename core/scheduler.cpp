@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -278,6 +279,9 @@ bool scheduler::build(vtensor_record& rec, std::vector<chunk_id>& chunks, std::u
   const std::size_t own_count = std::size_t{needed > held ? needed - held : 0} * tensors;
   yield_standby(own_count, fx);
   if (!ops_.pool().alloc_run(own_count, &ops_.cache(), chunks)) {
+    // Out of memory: pages taken from a parked vTensor go back to one (Note [Parked vTensors]),
+    // so that a request retried at every step neither unmaps them on this thread nor loses them.
+    if (fx.reused_pages > 0) repark(rec, fx);
     discard(rec, {});
     ++counters_.preemption_signals;
     return false;
@@ -548,6 +552,30 @@ std::uint32_t scheduler::adopt_parked(vtensor_record& rec, const prefix_match& m
   parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(best));
   ++counters_.parked_reuses;
   return best_pages;
+}
+
+void scheduler::repark(vtensor_record& rec, op_effects& fx) {
+  auto p = std::make_unique<vtensor_record>();
+  p->id = k_parked_id;
+  p->tensor_span_bytes = rec.tensor_span_bytes;
+  p->tensors = rec.tensors;
+  p->max_tokens = rec.max_tokens;
+  ops_.maps().untrack(rec);
+  p->base = std::exchange(rec.base, 0);
+  p->maps = std::move(rec.maps);
+  rec.maps.clear();
+  p->mapped_pages = std::exchange(rec.mapped_pages, 0);
+  p->ready_pages = std::exchange(rec.ready_pages, 0);
+  p->ticket = std::exchange(rec.ticket, 0);
+  for (mapping* m : p->maps) ops_.maps().park(*m, k_parked_id);
+  mapped_pages_ -= p->mapped_pages;
+  p->shared_pages = p->mapped_pages;
+  p->tokens = std::uint64_t{p->mapped_pages} * geometry_.chunk_bytes() / geometry_.bytes_per_token_per_tensor();
+  ops_.maps().track(*p);
+  parked_.push_back(std::move(p));
+  fx.reused_pages = 0;
+  fx.reused_job = 0;
+  --counters_.parked_reuses;
 }
 
 void scheduler::drop_parked(std::size_t i, op_effects& fx) {
@@ -948,12 +976,12 @@ void scheduler::publish(request_id id, std::uint64_t tokens) {
   r.pinned = deepest;
 }
 
-void scheduler::release(vtensor_record& r, op_effects& fx) {
+void scheduler::release(vtensor_record& r, op_effects& fx, bool may_park) {
   account(r, -1);
   if (r.pinned != nullptr) ops_.cache().tree().unpin(*r.pinned);
   r.pinned = nullptr;
-  if (config_.parked_ranges > 0 && park(r, fx)) return;  // Note [Parked vTensors]: the caller parks it
-  if (config_.pipeline) {                                // Note [Releases on the worker]
+  if (may_park && config_.parked_ranges > 0 && park(r, fx)) return;  // Note [Parked vTensors]: the caller parks it
+  if (config_.pipeline) {                                            // Note [Releases on the worker]
     (void)unmap_all(r, &fx);
     return;
   }
@@ -966,7 +994,7 @@ op_effects scheduler::finish(request_id id, std::span<const token_block> extra_b
   vtensor_record& r = get(id);
   op_effects fx;
   (void)record_prefix(r, extra_blocks, r.tokens);
-  release(r, fx);
+  release(r, fx, true);
   retire(id, fx);
   return fx;
 }
@@ -975,7 +1003,7 @@ op_effects scheduler::preempt(request_id id) {
   vtensor_record& r = get(id);
   op_effects fx;
   if (config_.record_on_preempt) (void)record_prefix(r, {}, r.tokens);
-  release(r, fx);
+  release(r, fx, true);
   retire(id, fx);
   ++counters_.preempted;
   return fx;

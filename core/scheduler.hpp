@@ -258,6 +258,9 @@ class scheduler {
   std::uint32_t adopt_parked(vtensor_record& rec, const prefix_match& m, op_effects& fx);
   /// Ends live request `id` after its release: parked when the release kept its pages (`fx`).
   void retire(request_id id, const op_effects& fx);
+  /// Gives the pages `rec` took from a parked vTensor back to a parked vTensor (`rec`'s create
+  /// failed for memory), as they were but for those unmapped already.
+  void repark(vtensor_record& rec, op_effects& fx);
   /// Unmaps parked vTensor `i` on the worker.
   void drop_parked(std::size_t i, op_effects& fx);
   /// Unmaps `r`'s pages from `keep` on (on the worker, recorded in `fx`).
@@ -271,7 +274,9 @@ class scheduler {
   void alloc_ahead(std::uint32_t pages, std::vector<chunk_id>& chunks, op_effects& fx);
   /// Fills in the pool's part of `fx`: what changed in the operations' counters since `before`.
   void pool_effects(const operation_counters& before, op_effects& fx) const;
-  void release(vtensor_record& r, op_effects& fx);
+  /// Unpins and unmaps `r` (with the pipeline, on the worker); parks it when `may_park` allows and
+  /// it has cached pages (Note [Parked vTensors]: the caller moves it to the parked ones).
+  void release(vtensor_record& r, op_effects& fx, bool may_park = false);
   /// Unmaps every page after waiting for the request's last worker job; returns that job's ticket.
   /// With the pipeline the unmaps go to the worker instead (no wait), recorded in `fx`, and the
   /// range is freed after them.

@@ -82,6 +82,8 @@ TEST_CASE("parked: the next turn takes the previous turn's range, its cached pag
   (void)m.finish(request_id{2});
   CHECK(m.parked_count() == 1);
   m.check_invariants();
+  // Shut down with a parked vTensor and a live request that could be parked: nothing is left.
+  REQUIRE(m.create(request_id{3}, turn2, 8300).ok());
   m.shutdown();
   CHECK(b.sim().live().chunks == 0);
   CHECK(b.sim().live().ranges == 0);
@@ -163,4 +165,33 @@ TEST_CASE("parked: it needs the pipeline, and its owner id is no caller's") {
   CHECK_THROWS_AS(manager(b, c), std::invalid_argument);
   manager m(b, parked_config(1));
   CHECK_THROWS_AS((void)m.create(request_id{~std::uint64_t{0} - 1}, {}, 100), std::invalid_argument);
+}
+
+TEST_CASE("parked: a create that takes one and then finds no memory gives it back parked") {
+  recording_backend b(8 * k_chunk);
+  manager m(b, parked_config(4));
+  const std::vector<token_block> first{{7, 8192}};
+  REQUIRE(m.create(request_id{1}, first, 8300).ok());
+  (void)m.finish(request_id{1});                     // page 0 parked (2 chunks), page 1 to the pool
+  REQUIRE(m.create(request_id{2}, {}, 16000).ok());  // 4 chunks: the pool's 2 and 2 created
+  REQUIRE(m.create(request_id{3}, {}, 100).ok());    // 2 more: the device is full
+  REQUIRE(m.parked_count() == 1);
+  m.check_invariants();
+  (void)b.take();
+  // Request 4 hits page 0 and needs one page of its own: none free, nothing evictable (its own
+  // match is pinned). It took the parked page, gives it back, and no call was made.
+  const std::vector<token_block> next{{7, 8192}, {8, 8000}};
+  const create_result failed = m.create(request_id{4}, next, 16300);
+  CHECK_FALSE(failed.ok());
+  CHECK(m.parked_count() == 1);
+  CHECK(m.stats().parked_reuses == 0);
+  CHECK(b.take().empty());
+  m.check_invariants();
+  // Once memory frees, the retry takes it.
+  (void)m.finish(request_id{3});
+  const create_result retried = m.create(request_id{4}, next, 16300);
+  REQUIRE(retried.ok());
+  CHECK(retried.effects.reused_pages == 1);
+  CHECK(m.parked_count() == 0);
+  m.check_invariants();
 }
