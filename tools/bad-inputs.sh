@@ -69,6 +69,9 @@ row "experiment file arm without a policy" "" compare --arms experiment.json
 row "an axis value given twice" "" compare --arm v=vtensor --memory 16GiB,16GiB
 row "--report without --out" "" compare --arm v=vtensor --report
 row "report of a folder that is no comparison" "" report not-a-comparison
+row "capacity without an objective" "" capacity --arm v=vtensor
+row "capacity objective that does not parse" "" capacity --arm v=vtensor --slo 'ttft_p95<=5s'
+row "standby larger than the context" "" replay --trace "$trace" --standby-tokens 200000
 if [ -L link.json ] && [ "$(head -c1 kept.json)" = "{" ]; then
   echo "(check: link.json is still a symlink and kept.json holds the summary)" >&2
 else
