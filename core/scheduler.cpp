@@ -483,7 +483,6 @@ void scheduler::yield_standby(std::size_t chunks, op_effects& fx) {
 // [Mapping worker model] in sim/vtensor_policy.hpp.
 bool scheduler::park(vtensor_record& r, op_effects& fx) {
   const std::uint32_t tensors = geometry_.tensors();
-  if (!config_.pipeline) return false;
   const std::uint32_t limit = std::min(r.recorded_pages, r.mapped_pages);
   std::uint32_t keep = 0;
   for (; keep < limit; ++keep) {

@@ -13,7 +13,6 @@
 #include "traces/atomic_output_file.hpp"
 
 #include <fmt/format.h>
-#include <boost/make_shared.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -48,12 +47,8 @@ po::options_description capacity_table() {
       "jobs", po::value<std::uint32_t>()->default_value(0), "replays at once (0: the machine's cores)")(
       "json", po::value<std::string>(), "write the searches, every probe included, to FILE (- : standard output)")(
       "no-wall", po::bool_switch(), "leave wall_seconds out (byte-comparable runs)");
-  const po::options_description all = replay_option_table();
-  po::options_description shared("replica settings shared by every arm (as replay takes them)");
-  for (const std::string& n : k_shared_options)
-    shared.add(boost::make_shared<po::option_description>(all.find(n, false)));
   po::options_description table("options");
-  table.add(o).add(shared);
+  table.add(o).add(shared_option_table());
   return table;
 }
 

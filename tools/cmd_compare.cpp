@@ -17,7 +17,6 @@
 #include "traces/atomic_output_file.hpp"
 
 #include <fmt/format.h>
-#include <boost/make_shared.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -31,14 +30,6 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr std::string_view name = "compare";
-
-// The options of replay's table named in `names`, as a group.
-po::options_description pick(const std::vector<std::string>& names, const char* caption) {
-  const po::options_description all = replay_option_table();
-  po::options_description o(caption);
-  for (const std::string& n : names) o.add(boost::make_shared<po::option_description>(all.find(n, false)));
-  return o;
-}
 
 po::options_description compare_options() {
   po::options_description o("experiment");
@@ -71,7 +62,7 @@ po::options_description compare_options() {
 
 po::options_description compare_table() {
   po::options_description all("options");
-  all.add(compare_options()).add(pick(k_shared_options, "replica settings shared by every arm (as replay takes them)"));
+  all.add(compare_options()).add(shared_option_table());
   return all;
 }
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <boost/make_shared.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -29,6 +30,13 @@ const std::vector<std::string> k_shared_options = {"format",       "model",     
                                                    "max-context",  "over-context",   "step-overhead-ms",
                                                    "sample-ms",    "calibration",    "compute-calibration",
                                                    "zero-latency", "warmup-fraction"};
+
+po::options_description shared_option_table() {
+  const po::options_description all = replay_option_table();
+  po::options_description o("replica settings shared by every arm (as replay takes them)");
+  for (const std::string& n : k_shared_options) o.add(boost::make_shared<po::option_description>(all.find(n, false)));
+  return o;
+}
 
 std::vector<std::string> shared_tokens(const po::parsed_options& parsed) {
   std::vector<std::string> shared;

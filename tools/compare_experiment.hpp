@@ -31,6 +31,9 @@ struct arm {
   sim::policy_choice choice;  ///< the policy with its options, parsed through its table
 };
 
+/// The shared options (k_shared_options) of replay's table, as one group.
+[[nodiscard]] boost::program_options::options_description shared_option_table();
+
 /// The tokens of `parsed` that set a shared option (k_shared_options), as typed.
 [[nodiscard]] std::vector<std::string> shared_tokens(const boost::program_options::parsed_options& parsed);
 
