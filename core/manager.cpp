@@ -45,6 +45,11 @@ void manager::check_sampled() const {
 #endif
 }
 
+std::uint64_t manager::cached_tokens(std::span<const token_block> blocks, std::uint64_t prompt_tokens) const {
+  const mutex_lock lock(mutex_);
+  return scheduler_.cached_tokens(blocks, prompt_tokens);
+}
+
 create_result manager::create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
                               std::uint64_t max_tokens) {
   const mutex_lock lock(mutex_);

@@ -94,6 +94,9 @@ class manager {
   ~manager();
   manager(const manager&) = delete;
   manager& operator=(const manager&) = delete;
+  /// scheduler::cached_tokens(): what create() would serve from the prefix cache now.
+  [[nodiscard]] std::uint64_t cached_tokens(std::span<const token_block> blocks, std::uint64_t prompt_tokens) const
+      EXCLUDES(mutex_);
 
   /// Creates request `id` with `prompt_tokens` tokens named (leading part) by `blocks`, reusing
   /// the longest cached prefix; `max_tokens` 0 means the configured context. On

@@ -64,13 +64,18 @@ void radix_tree::refresh_evictable(radix_node& n) {
 }
 
 radix_path radix_tree::match(std::span<const token_block> key) {
+  radix_path r = peek(key);
+  for (const radix_node* n : r.nodes) order_->touch(n->slot);  // root to leaf, as the walk meets them
+  return r;
+}
+
+radix_path radix_tree::peek(std::span<const token_block> key) const {
   radix_path r;
-  radix_node* n = &root_;
+  const radix_node* n = &root_;
   std::size_t i = 0;
   while (i < key.size()) {
     radix_node* child = find_child(*n, key[i].key);
     if (child == nullptr) break;
-    order_->touch(child->slot);
     r.nodes.push_back(child);
     const auto& edge = child->edge;
     std::size_t j = 0;

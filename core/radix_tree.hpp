@@ -71,6 +71,9 @@ class radix_tree {
   /// clock, hit count). A block stored shorter than the query's ends the match after it.
   /// Cost: O(matched blocks + path length x log(children)).
   [[nodiscard]] radix_path match(std::span<const token_block> key);
+  /// match() without touching anything: what it would match now (a router's read, Note [Replica
+  /// load] in sim/replica.cpp).
+  [[nodiscard]] radix_path peek(std::span<const token_block> key) const;
   /// Inserts `key`, splitting edges as needed, and returns the path that spells it (every block
   /// matched). Stops early, with a shorter path, where a stored block has the same key but another
   /// length (a key collision: the rest is not cached).

@@ -650,10 +650,19 @@ void scheduler::validate_prompt(const vtensor_record& rec, std::span<const token
 // The longest cached prefix of `blocks` usable by a prompt of `prompt_tokens`, and the fullest
 // version of each page along it (Note [Page versions]).
 scheduler::prefix_match scheduler::match_prefix(std::span<const token_block> blocks, std::uint64_t prompt_tokens) {
+  return resolve_match(ops_.cache().tree().match(blocks), prompt_tokens);
+}
+
+std::uint64_t scheduler::cached_tokens(std::span<const token_block> blocks, std::uint64_t prompt_tokens) const {
+  if (prompt_tokens == 0) return 0;
+  return resolve_match(ops_.cache().tree().peek(blocks), prompt_tokens).hit;
+}
+
+scheduler::prefix_match scheduler::resolve_match(radix_path path, std::uint64_t prompt_tokens) const {
   const std::uint64_t chunk = geometry_.chunk_bytes();
   const std::uint64_t bpt = geometry_.bytes_per_token_per_tensor();
   prefix_match m;
-  m.path = ops_.cache().tree().match(blocks);
+  m.path = std::move(path);
   const std::uint64_t matched = std::min(m.path.tokens, prompt_tokens - 1);  // one token is always computed
   if (matched > 0) {
     for (const radix_node* n : m.path.nodes) {

@@ -147,6 +147,9 @@ class scheduler {
   /// New request with `prompt_tokens` tokens whose leading tokens are named by `blocks`. Reuses
   /// the longest cached prefix. Throws std::invalid_argument for a live id, an empty prompt,
   /// blocks longer than the prompt, or `max_tokens` beyond the context.
+  /// The leading tokens of a prompt of `prompt_tokens` named by `blocks` that create() would serve
+  /// from the cache now (under the partial-page policy); changes nothing, touches no recency.
+  [[nodiscard]] std::uint64_t cached_tokens(std::span<const token_block> blocks, std::uint64_t prompt_tokens) const;
   create_result create(request_id id, std::span<const token_block> blocks, std::uint64_t prompt_tokens,
                        std::uint64_t max_tokens);
   /// Grows request `id` by `tokens`; its pointer never moves. Throws std::invalid_argument for an
@@ -229,6 +232,8 @@ class scheduler {
                        std::uint64_t prompt_tokens) const;
   /// Non-const: a match touches the matched nodes (eviction order).
   [[nodiscard]] prefix_match match_prefix(std::span<const token_block> blocks, std::uint64_t prompt_tokens);
+  // The hit of a matched `path` for a prompt of `prompt_tokens` (match_prefix() after its walk).
+  [[nodiscard]] prefix_match resolve_match(radix_path path, std::uint64_t prompt_tokens) const;
   std::uint32_t max_pages(const vtensor_record& r) const;
   void map_pages(vtensor_record& r, std::span<const chunk_id> chunks, std::uint32_t shared_count, bool deferred,
                  op_effects& fx);

@@ -247,6 +247,10 @@ class kv_policy {
     ++generation_;
     do_release(id, why);
   }
+  /// The leading prompt tokens of `r` that admit() would serve from the prefix cache now, read
+  /// without changing anything (no recency touched): what a router that reads each replica's
+  /// cache sees (prefix-precise, sim/router.hpp). 0 for a policy without a prefix cache.
+  [[nodiscard]] std::uint64_t cached_tokens(const kv_request& r) const { return do_cached_tokens(r); }
   /// Memory now.
   [[nodiscard]] kv_stats stats() const { return do_stats(); }
   /// stats().memory and stats().breakdown: what the replica reads after every step, which a
@@ -324,6 +328,7 @@ class kv_policy {
   }
   virtual void do_release(request_id id, release_reason why) = 0;
   virtual void do_computed(request_id /*id*/, std::uint64_t /*tokens*/) {}
+  [[nodiscard]] virtual std::uint64_t do_cached_tokens(const kv_request& /*r*/) const { return 0; }
   [[nodiscard]] virtual kv_stats do_stats() const = 0;
   [[nodiscard]] virtual kv_memory_view do_memory_view() const {
     const kv_stats s = do_stats();

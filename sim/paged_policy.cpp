@@ -251,7 +251,7 @@ void paged_policy::adopt_new_blocks() {
 // prompt has hundreds of blocks to hash: on a whole Mooncake replay the hashing of refused
 // admissions was two fifths of the time. The hashes depend only on the keys and the prompt's
 // length, so the last ones computed are kept with their input and reused when it is equal.
-void paged_policy::hash_blocks(const kv_request& r) {
+void paged_policy::hash_blocks(const kv_request& r) const {
   if (hashed_prompt_ == r.prompt_tokens &&
       std::equal(r.blocks.begin(), r.blocks.end(), hashed_blocks_.begin(), hashed_blocks_.end())) {
     return;
@@ -429,6 +429,16 @@ const std::vector<std::uint32_t>& paged_policy::block_table(request_id id) const
   const auto it = requests_.find(id.value);
   if (it == requests_.end()) throw std::invalid_argument(fmt::format("paged policy: unknown request {}", id.value));
   return it->second.table;
+}
+
+// The lookup of do_admit(), read only (a router's read of the cache).
+std::uint64_t paged_policy::do_cached_tokens(const kv_request& r) const {
+  if (!prefix_caching_ || r.prompt_tokens == 0) return 0;
+  hash_blocks(r);
+  const std::uint64_t max_hits = std::min<std::uint64_t>(hashes_.size(), (r.prompt_tokens - 1) / block_tokens_);
+  std::uint64_t hits = 0;
+  while (hits < max_hits && index_.find(hashes_[hits], blocks_) != k_nil) ++hits;
+  return hits * block_tokens_;
 }
 
 kv_admit_result paged_policy::do_admit(const kv_request& r) {

@@ -137,6 +137,7 @@ class paged_policy final : public pool_policy {
   };
 
   kv_admit_result do_admit(const kv_request& r) override;
+  [[nodiscard]] std::uint64_t do_cached_tokens(const kv_request& r) const override;
   bool do_grow(request_id id, std::uint64_t tokens) override;
   [[nodiscard]] std::uint64_t do_decode_rounds(std::span<const request_id> ids) override;
   kv_memory_view do_advance_round(std::span<const request_id> ids) override;
@@ -152,7 +153,7 @@ class paged_policy final : public pool_policy {
   void check_index(std::uint64_t hashed) const;                                            // the hash index
 
   void init(const kv_policy_options& options, const paged_settings& settings);  // after pool_ is built
-  void hash_blocks(const kv_request& r);                                 // hashes_ := hashes of the full keyed blocks
+  void hash_blocks(const kv_request& r) const;                           // hashes_ := hashes of the full keyed blocks
   [[nodiscard]] bool have_free(std::uint64_t n, std::uint64_t revived);  // may grow an unlimited pool
   void adopt_new_blocks();                                               // blocks of chunks mapped since
   std::uint32_t take_block();                                            // pops a free block (evicts its hash)
@@ -193,12 +194,12 @@ class paged_policy final : public pool_policy {
   std::uint64_t used_tokens_ = 0;  // fill of the held blocks (shared ones once)
   std::uint64_t live_tokens_ = 0;  // tokens of live requests
 
-  std::vector<std::uint64_t>
-      hashes_;  // scratch of admit: the hashes of hashed_blocks_ (Note [Hashes of a retried admission])
-  std::vector<token_block> hashed_blocks_;  // the keys hashes_ was computed from
-  std::uint64_t hashed_prompt_ = 0;         // and the prompt's tokens (0: none)
-  std::vector<std::uint32_t> hits_;         // scratch of admit
-  std::vector<request_state*> round_;       // the requests of the last decode round (Note [Paged rounds])
+  // Scratch of admit and of cached_tokens() (a cache of the last request's hashes, hence mutable):
+  mutable std::vector<std::uint64_t> hashes_;  // the hashes of hashed_blocks_ (Note [Hashes of a retried admission])
+  mutable std::vector<token_block> hashed_blocks_;  // the keys hashes_ was computed from
+  mutable std::uint64_t hashed_prompt_ = 0;         // and the prompt's tokens (0: none)
+  std::vector<std::uint32_t> hits_;                 // scratch of admit
+  std::vector<request_state*> round_;               // the requests of the last decode round (Note [Paged rounds])
 };
 
 }  // namespace vtensor::sim

@@ -338,6 +338,28 @@ std::pair<std::uint32_t, std::uint64_t> radix_policy::match_prefix(const key_vie
   return {cur, pos};
 }
 
+// match_prefix() read only: no stamp, no split; the tokens it would match.
+std::uint64_t radix_policy::peek_prefix(const key_view& v, std::uint64_t limit) const {
+  std::uint32_t cur = k_root;
+  std::uint64_t pos = 0;
+  while (pos + page_tokens_ <= limit) {
+    const std::uint32_t c = find_child(cur, v, pos);
+    if (c == k_none) break;
+    const std::uint64_t m = match_edge(nodes_[c], v, limit);
+    if (m < nodes_[c].end) return m;  // m == begin: keys that are not chained disagree inside the first page
+    cur = c;
+    pos = m;
+  }
+  return pos;
+}
+
+std::uint64_t radix_policy::do_cached_tokens(const kv_request& r) const {
+  if (!settings_.prefix_caching || r.prompt_tokens == 0) return 0;
+  const key_view v = view_of(r.blocks);
+  const std::uint64_t keyed = std::min(v.keyed(), r.prompt_tokens);
+  return peek_prefix(v, floor_page(std::min(keyed, r.prompt_tokens - 1)));
+}
+
 // SGLang's _insert_helper from node `from` at position `pos` (the matched prefix) up to `limit`
 // (page-aligned): walks what is already there (counting the pages the request computed again,
 // which SGLang frees as duplicates), splits where the key leaves an edge, and hangs the rest as

@@ -132,6 +132,7 @@ class radix_policy final : public pool_policy {
   };
 
   kv_admit_result do_admit(const kv_request& r) override;
+  [[nodiscard]] std::uint64_t do_cached_tokens(const kv_request& r) const override;
   bool do_grow(request_id id, std::uint64_t tokens) override;
   void do_release(request_id id, release_reason why) override;
   [[nodiscard]] kv_stats do_stats() const override;
@@ -156,6 +157,7 @@ class radix_policy final : public pool_policy {
   [[nodiscard]] std::uint32_t find_child(std::uint32_t parent, const key_view& v, std::uint64_t pos) const;
   [[nodiscard]] std::uint64_t match_edge(const node& n, const key_view& v, std::uint64_t limit) const;
   [[nodiscard]] std::pair<std::uint32_t, std::uint64_t> match_prefix(const key_view& v, std::uint64_t limit);
+  [[nodiscard]] std::uint64_t peek_prefix(const key_view& v, std::uint64_t limit) const;
   [[nodiscard]] std::pair<std::uint32_t, std::uint64_t> insert(std::uint32_t from, const key_view& v, std::uint64_t pos,
                                                                std::uint64_t limit, std::uint64_t& duplicate_pages);
   std::uint32_t split(std::uint32_t id, std::uint64_t at);

@@ -1,5 +1,7 @@
 #include "sim/replay.hpp"
 
+#include "sim/cluster.hpp"
+
 #include <fmt/format.h>
 
 #include "backends/units.hpp"
@@ -12,99 +14,11 @@
 
 namespace vtensor::sim {
 
-namespace {
-
-// The figures of a finished replay (`events` counts the steps run in a stretch too: Note [Steps
-// run in a stretch] in replica.cpp).
-replay_summary summarize(replica& rep, const kv_policy& policy, time_us first_arrival, time_us last_arrival,
-                         time_us end, std::uint64_t events, std::chrono::steady_clock::time_point wall_start) {
-  replay_summary s;
-  s.counters = rep.counters();
-  s.final_memory = policy.stats();
-  const state_tracker& t = rep.tracker();
-  s.peak = t.peak();
-  s.mean_internal_fragmentation = t.mean_internal_fragmentation();
-  s.mean_sharing_saving = t.mean_sharing_saving();
-  s.mean_physical_bytes = t.mean_physical_bytes();
-  s.mean_mapped_bytes = t.mean_mapped_bytes();
-  s.mean_used_bytes = t.mean_used_bytes();
-  s.mean_running = t.mean_running();
-  s.mean_waiting = t.mean_waiting();
-  s.mean_breakdown = t.mean_breakdown();
-  s.ttft = summarize_latencies(rep.ttft_us());
-  s.tpot = summarize_latencies(rep.tpot_us());
-  s.e2e = summarize_latencies(rep.e2e_us());
-  s.queue = summarize_latencies(rep.queue_us());
-  s.first_arrival_seconds = static_cast<double>(first_arrival) / 1e6;
-  s.last_arrival_seconds = static_cast<double>(last_arrival) / 1e6;
-  s.simulated_seconds = static_cast<double>(end) / 1e6;
-  s.events = events;
-  s.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  return s;
-}
-
-}  // namespace
-
 replay_summary run_replay(traces::trace_reader& reader, kv_policy& policy, const replay_config& config,
                           std::span<replica_observer* const> observers) {
-  if (!(config.time_scale > 0) || !std::isfinite(config.time_scale)) {
-    throw std::invalid_argument(fmt::format("time scale must be a positive number, not {}", config.time_scale));
-  }
-  const auto wall_start = std::chrono::steady_clock::now();
-  const auto wall = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  };
-  event_queue queue;
-  replica_config replica_settings = config.replica;
-  replica_settings.pipeline = policy.pipelined();  // the policy decides (Note [Pipelined admission in the replica])
-  replica rep(queue, policy, config.model, config.gpu, replica_settings);
-  for (replica_observer* o : observers) rep.add_observer(*o);
-
-  const auto scaled = [&](std::uint64_t arrival_us) {
-    return static_cast<time_us>(std::llround(static_cast<double>(arrival_us) * config.time_scale));
-  };
-  traces::trace_request next;
-  std::uint64_t read = 0;
-  time_us first_arrival = 0, last_arrival = 0;
-  const auto read_next = [&] {
-    if (config.max_requests != 0 && read >= config.max_requests) return false;
-    if (!reader.next(next)) return false;
-    ++read;
-    return true;
-  };
-  std::function<void()> arrive = [&] {
-    const time_us now = queue.now();
-    if (read == 1) first_arrival = now;
-    last_arrival = now;
-    bool more = true;
-    do {
-      rep.submit(next, read - 1);
-      more = read_next();
-    } while (more && scaled(next.arrival_us) == now);
-    rep.kick();
-    if (more) queue.schedule_at(scaled(next.arrival_us), arrive);
-  };
-  if (read_next()) queue.schedule_at(scaled(next.arrival_us), arrive);
-
-  double last_progress = 0;
-  std::uint64_t events = 0;
-  while (!queue.empty()) {
-    events += queue.run_until(std::numeric_limits<time_us>::max(), 4096);
-    if (config.progress) {
-      const double w = wall();
-      if (w - last_progress >= 0.5) {
-        last_progress = w;
-        config.progress({queue.now(), rep.counters().submitted, rep.counters().completed, w});
-      }
-    }
-  }
-  if (!rep.drained()) throw std::logic_error("replay ended with requests still in the replica");
-  rep.close();
-  policy.settle();  // the worker's figures are final, and the check below sees a quiet state
-  policy.check_invariants();
-
-  return summarize(rep, policy, first_arrival, last_arrival, queue.now(), events + rep.counters().stretch_steps,
-                   wall_start);
+  kv_policy* const policies[] = {&policy};
+  const std::vector<replica_observer*> lists[] = {{observers.begin(), observers.end()}};
+  return run_cluster(reader, policies, config, nullptr, lists).total;
 }
 
 namespace {
@@ -137,7 +51,7 @@ double replay_summary::prefill_tokens_per_s() const {
   return per_second(static_cast<double>(counters.prefill_tokens), simulated_seconds);
 }
 double replay_summary::busy_fraction() const {
-  return per_second(static_cast<double>(counters.busy_us) / 1e6, simulated_seconds);
+  return per_second(static_cast<double>(counters.busy_us) / 1e6 / replicas, simulated_seconds);
 }
 double replay_summary::vmm_time_us() const { return static_cast<double>(final_memory.vmm.total_time_ns()) / 1000.0; }
 double replay_summary::vmm_critical_time_us() const {
@@ -148,7 +62,7 @@ load_report load_of(const replay_summary& s, double time_scale) {
   load_report l;
   l.arrival_span_seconds = s.last_arrival_seconds - s.first_arrival_seconds;
   l.drain_seconds = std::max(0.0, s.simulated_seconds - s.last_arrival_seconds);
-  const double busy = static_cast<double>(s.counters.busy_us) / 1e6;
+  const double busy = static_cast<double>(s.counters.busy_us) / 1e6 / s.replicas;
   if (l.arrival_span_seconds > 0) {
     l.offered_load = busy / l.arrival_span_seconds;
     l.overloaded = l.offered_load > 1 && l.drain_seconds > 0.1 * l.arrival_span_seconds;

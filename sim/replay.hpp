@@ -58,6 +58,7 @@ struct replay_summary {
   double simulated_seconds = 0;            ///< end of the last step
   double wall_seconds = 0;                 ///< host time of the replay
   std::uint64_t events = 0;                ///< events run
+  std::uint32_t replicas = 1;              ///< replicas summed into it (Note [Cluster figures] in cluster.hpp)
 
   /// Requests rejected, over context or over memory.
   [[nodiscard]] std::uint64_t rejected() const { return counters.rejected_context + counters.rejected_memory; }
@@ -66,7 +67,7 @@ struct replay_summary {
   /// Output and prefilled tokens per simulated second (0 for an empty replay).
   [[nodiscard]] double throughput_tokens_per_s() const;
   [[nodiscard]] double prefill_tokens_per_s() const;
-  /// Busy step time as a share of the simulated time.
+  /// Busy step time as a share of the simulated time (of a cluster: the replicas' mean).
   [[nodiscard]] double busy_fraction() const;
   /// VMM time charged in all, and on the critical path, microseconds.
   [[nodiscard]] double vmm_time_us() const;
@@ -92,11 +93,11 @@ struct replay_summary {
 /// A replica is overloaded when requests arrive faster than its steps serve them: the waiting
 /// queue grows for as long as requests arrive, and TTFT is mostly queueing. The summary's "load"
 /// says so from the run itself: offered load = busy step time / arrival span (the time from the
-/// first to the last arrival); the replay is reported overloaded when the offered load exceeds 1
-/// and the replica ran on after the last arrival for more than a tenth of the arrival span
-/// (draining its backlog). The time scale at which it would keep up is estimated as this run's
-/// time scale x the offered load: a lower bound, since at lighter load steps batch fewer
-/// requests and serve each token at a higher cost.
+/// first to the last arrival; of a cluster, the replicas' busy time over replicas x span); the replay is reported
+/// overloaded when the offered load exceeds 1 and the replica ran on after the last arrival for more than a tenth of
+/// the arrival span (draining its backlog). The time scale at which it would keep up is estimated as this run's time
+/// scale x the offered load: a lower bound, since at lighter load steps batch fewer requests and serve each token at a
+/// higher cost.
 struct load_report {
   double arrival_span_seconds = 0;  ///< last arrival - first arrival
   double drain_seconds = 0;         ///< end of the last step - last arrival

@@ -47,7 +47,45 @@ void replica::emit(const request_record& rec) {
   for (auto* o : observers_) o->on_request(rec);
 }
 
+// Note [Replica load]
+// A router places each arrival by what it reads of the replicas at that instant: requests
+// waiting and running, the prefill queued (prompt tokens of the waiting requests, plus the
+// tokens a preempted one generated, which it recomputes), the context the running ones hold and
+// the prefill they have left. The queued tokens are kept as the queue changes (it can hold many
+// thousands of requests when a replica is overloaded), the rest are summed over the running
+// requests when asked (at most max_running). A decode stretch (Note [Steps run in a stretch])
+// ends before any other event of the queue, arrivals included, and writes its decoders' tokens
+// when it ends, so a router never reads a replica in the middle of one.
+void replica::queue_changed(std::int64_t tokens) {
+  const time_us now = queue_.now();
+  queued_integral_ += static_cast<double>(queued_tokens_) * static_cast<double>(now - queued_since_);
+  queued_since_ = now;
+  queued_tokens_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(queued_tokens_) + tokens);
+}
+
+replica_load replica::load() const {
+  replica_load l;
+  l.waiting = static_cast<std::uint32_t>(waiting_.size());
+  l.running = static_cast<std::uint32_t>(running_.size());
+  l.queued_tokens = queued_tokens_;
+  for (const auto& r : running_) {
+    l.running_tokens += std::uint64_t{r->prompt} + r->generated;
+    if (!r->decoding()) l.prefill_left += r->prefill_target - r->kv_tokens;
+  }
+  return l;
+}
+
+double replica::mean_queued_tokens() const {
+  if (!any_arrival_ || closed_at_ <= first_arrival_) return 0.0;
+  const double tail = static_cast<double>(queued_tokens_) * static_cast<double>(closed_at_ - queued_since_);
+  return (queued_integral_ + tail) / static_cast<double>(closed_at_ - first_arrival_);
+}
+
 void replica::submit(const traces::trace_request& t, std::uint64_t id) {
+  if (!any_arrival_) {
+    any_arrival_ = true;
+    first_arrival_ = queued_since_ = queue_.now();
+  }
   ++counters_.submitted;
   counters_.prompt_tokens += t.input_tokens;
   auto r = std::make_unique<live_request>();
@@ -74,6 +112,7 @@ void replica::submit(const traces::trace_request& t, std::uint64_t id) {
     r->blocks.push_back(token_block{t.block_keys[i], tokens});
     covered += tokens;
   }
+  queue_changed(r->prompt);
   waiting_.push_back(std::move(r));
 }
 
@@ -108,7 +147,10 @@ void replica::observe(time_us at, const kv_memory_view& s) {
   tracker_.observe(st);
 }
 
-void replica::close() { tracker_.close(queue_.now()); }
+void replica::close() {
+  closed_at_ = queue_.now();
+  tracker_.close(closed_at_);
+}
 
 void replica::preempt(live_request& r) {
   policy_.release(request_id{r.id}, release_reason::preempted);
@@ -133,6 +175,7 @@ bool replica::decode_grow(std::size_t index) {
     running_.pop_back();
     preempt(*victim);
     const bool self = victim.get() == &r;
+    queue_changed(std::int64_t{victim->prompt} + victim->generated);
     waiting_.push_front(std::move(victim));
     if (self) return false;
   }
@@ -172,6 +215,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
       if (running_.empty()) {
         auto rejected = std::move(waiting_.front());
         waiting_.pop_front();
+        queue_changed(-static_cast<std::int64_t>(target));
         reject(std::move(rejected), "memory");
         continue;
       }
@@ -188,6 +232,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
     counters_.cow_bytes += a.cow_bytes;
     r.kv_tokens = std::min(a.hit_tokens, target - 1);  // at least one token is computed
     r.prefill_target = target;
+    queue_changed(-static_cast<std::int64_t>(target));
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     const std::size_t before = batch_.size();

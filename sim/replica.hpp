@@ -219,6 +219,20 @@ struct replica_counters {
   std::uint64_t stretch_steps = 0;
 };
 
+/// What a router reads of a replica at an arrival (Note [Replica load] in replica.cpp).
+struct replica_load {
+  std::uint32_t waiting = 0;  ///< arrived, not admitted (preempted ones included)
+  std::uint32_t running = 0;  ///< admitted
+  std::uint64_t queued_tokens =
+      0;  ///< prefill the waiting requests need: prompt + tokens generated before a preemption
+  std::uint64_t running_tokens = 0;  ///< context of the running requests: prompt + tokens generated so far
+  std::uint64_t prefill_left = 0;    ///< prefill tokens the running requests have still to compute
+  /// Requests in the replica, waiting or running.
+  [[nodiscard]] std::uint32_t requests() const { return waiting + running; }
+  /// Tokens queued and running (least-loaded's measure).
+  [[nodiscard]] std::uint64_t tokens() const { return queued_tokens + running_tokens; }
+};
+
 /// The replica. Submissions come from outside (the replay's arrival events); steps schedule
 /// themselves on `queue`. Does not own the queue, the policy or the observers.
 class replica {
@@ -251,6 +265,11 @@ class replica {
   [[nodiscard]] std::vector<std::uint64_t>& queue_us() { return queue_us_; }
   /// Closes the state tracker at queue.now().
   void close();
+  /// What a router reads now (a walk of the running requests, at most max_running).
+  [[nodiscard]] replica_load load() const;
+  /// Queued tokens (replica_load::queued_tokens) averaged over time, from the first arrival to
+  /// close() (0 before).
+  [[nodiscard]] double mean_queued_tokens() const;
 
  private:
   struct live_request;
@@ -292,6 +311,7 @@ class replica {
   void check_sampled();                                    // Note [Sampled invariant checks of a replay] in replica.cpp
   void close_step();  // checks and wall time at the end of a step (end_step(), run_stretch())
   void emit(const request_record& rec);
+  void queue_changed(std::int64_t tokens);  // waiting_ gained (or lost) `tokens` queued tokens now
 
   event_queue& queue_;
   kv_policy& policy_;
@@ -319,6 +339,12 @@ class replica {
   replica_counters counters_;
   state_tracker tracker_;
   std::vector<std::uint64_t> ttft_us_, tpot_us_, e2e_us_, queue_us_;
+  std::uint64_t queued_tokens_ = 0;  // replica_load::queued_tokens
+  double queued_integral_ = 0;       // of queued_tokens_ over time, token-microseconds
+  time_us queued_since_ = 0;         // the last change of queued_tokens_
+  time_us first_arrival_ = 0;        // of this replica
+  time_us closed_at_ = 0;            // close()
+  bool any_arrival_ = false;
 };
 
 }  // namespace vtensor::sim

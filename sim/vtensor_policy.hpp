@@ -232,6 +232,9 @@ class vtensor_policy final : public kv_policy {
   };
 
   kv_admit_result do_admit(const kv_request& r) override;
+  [[nodiscard]] std::uint64_t do_cached_tokens(const kv_request& r) const override {
+    return manager_->cached_tokens(r.blocks, r.prompt_tokens);
+  }
   bool do_grow(request_id id, std::uint64_t tokens) override;
   std::size_t do_decode(std::span<const request_id> ids) override;
   [[nodiscard]] std::uint64_t do_decode_rounds(std::span<const request_id> ids) override;

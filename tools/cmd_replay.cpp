@@ -8,6 +8,7 @@
 #include "tools/replay_result.hpp"
 
 #include "backends/registry.hpp"
+#include "sim/cluster.hpp"
 #include "sim/eviction_feed.hpp"
 #include "sim/kernel_factors.hpp"
 #include "sim/outputs.hpp"
@@ -42,12 +43,13 @@ constexpr std::string_view name = "replay";
 
 // ---- one run ---------------------------------------------------------------------------------
 
-// What one replay produced, beyond its summary.
+// What one replay produced, beyond its summary (a cluster's: the total, then each replica's log).
 struct replay_run {
   std::string backend;
   replay_result result;
-  std::vector<sim::step_entry> log;
+  std::vector<std::vector<sim::step_entry>> logs;  // one per replica
   bool pool_on_wall_time = false;  // the free pool's size follows wall time (kv_policy::free_pool_on_wall_time())
+  std::optional<sim::cluster_summary> cluster;  // more than one replica
 };
 
 // The output files (the time series and the Chrome trace observe the last run only).
@@ -86,33 +88,54 @@ sim::shared_foresight trace_foresight(const replay_options& o) {
   });
 }
 
-// One replay of `policy` over `backend`; `last` gets the output files' observers.
-replay_run run_one(const replay_options& o, const std::string& backend, sim::kv_policy& policy,
-                   sim::eviction_feed& feed, bool last, replay_outputs& outputs, const cli_streams& io) {
+// One replay of `policies` (one per replica) over `backend`; `last` gets the output files'
+// observers (one replica only: parse_replay_options() refuses them for a cluster).
+replay_run run_one(const replay_options& o, const std::string& backend,
+                   const std::vector<std::unique_ptr<sim::kv_policy>>& policies, sim::eviction_feed& feed, bool last,
+                   replay_outputs& outputs, const cli_streams& io) {
   const sim::kv_policy_options p = over(o, backend);
   const auto reader = traces::open_trace(o.trace_path, o.format);
-  sim::step_log log(policy, o.comparing);
-  std::vector<sim::replica_observer*> observers{&log};
-  if (last && outputs.timeseries) observers.push_back(outputs.timeseries.get());
-  if (last && outputs.chrome) observers.push_back(outputs.chrome.get());
-  std::optional<sim::step_emulator> emulator;
-  if (o.emulate_for(backend)) {
-    emulator.emplace(o.step_scale);
-    observers.push_back(&*emulator);
+  std::vector<std::unique_ptr<sim::step_log>> logs;
+  std::vector<std::unique_ptr<sim::step_emulator>> emulators;
+  std::vector<std::vector<sim::replica_observer*>> observers(policies.size());
+  std::vector<sim::kv_policy*> raw;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    raw.push_back(policies[i].get());
+    logs.push_back(std::make_unique<sim::step_log>(*policies[i], o.comparing));
+    observers[i].push_back(logs.back().get());
+    if (o.emulate_for(backend)) {
+      emulators.push_back(std::make_unique<sim::step_emulator>(o.step_scale));
+      observers[i].push_back(emulators.back().get());
+    }
   }
+  if (last && outputs.timeseries) observers[0].push_back(outputs.timeseries.get());
+  if (last && outputs.chrome) observers[0].push_back(outputs.chrome.get());
+  const std::unique_ptr<sim::router> router =
+      policies.size() > 1 ? sim::make_router(o.router, o.router_options) : nullptr;
   sim::replay_config config = o.config;
   feed.attach(config);
   const bool tty = progress_on_terminal(io, config);
-  const sim::replay_summary summary = sim::run_replay(*reader, policy, config, observers);
+  sim::cluster_summary cluster = sim::run_cluster(*reader, raw, config, router.get(), observers);
   if (tty) io.err << "\r" << std::string(90, ' ') << "\r" << std::flush;
+  std::optional<std::uint64_t> emulated;
+  for (const auto& e : emulators) emulated = emulated.value_or(0) + e->emulated_ns();
   replay_run run;
   run.backend = backend;
-  run.result =
-      make_replay_result(o, p, policy, summary, reader->format(), log,
-                         emulator ? std::optional<std::uint64_t>(emulator->emulated_ns()) : std::nullopt, o.with_wall);
-  run.log = log.steps();
-  run.pool_on_wall_time = policy.free_pool_on_wall_time();
+  run.result = make_replay_result(o, p, *policies[0], cluster.total, reader->format(), *logs[0], emulated, o.with_wall);
+  for (const auto& log : logs) run.logs.push_back(log->steps());
+  run.pool_on_wall_time = policies[0]->free_pool_on_wall_time();
+  if (policies.size() > 1) {
+    run.result.vmm.reset();  // one policy's split would not be the cluster's: each replica's is in "cluster"
+    run.cluster = std::move(cluster);
+  }
   return run;
+}
+
+// The run's summary JSON, with the cluster's part when it had more than one replica.
+nlohmann::ordered_json run_json(const replay_run& run) {
+  nlohmann::ordered_json j = replay_result_json(run.result);
+  if (run.cluster) j["cluster"] = sim::cluster_json(*run.cluster);
+  return j;
 }
 
 // ---- backend comparison (--compare-backends) -------------------------------------------------
@@ -149,10 +172,16 @@ void compare_vmm_time(const replay_options& o, const sim::vmm_split_report& a, c
 std::pair<nlohmann::ordered_json, bool> compare_backends(const replay_options& o, const std::vector<replay_run>& runs,
                                                          std::ostream& out) {
   const bool with_pool = !runs[0].pool_on_wall_time && !runs[1].pool_on_wall_time;
-  const auto diff = sim::compare_step_logs(runs[0].log, runs[1].log, with_pool);
+  std::optional<std::string> diff;
+  std::size_t steps = 0;
+  for (std::size_t i = 0; i < runs[0].logs.size() && !diff; ++i) {
+    diff = sim::compare_step_logs(runs[0].logs[i], runs[1].logs[i], with_pool);
+    if (diff && runs[0].logs.size() > 1) *diff = fmt::format("replica {}: {}", i, *diff);
+    steps += runs[0].logs[i].size();
+  }
   nlohmann::ordered_json cmp;
   cmp["backends"] = o.backends;
-  cmp["steps"] = runs[0].log.size();
+  cmp["steps"] = steps;
   cmp["identical"] = !diff.has_value();
   cmp["first_mismatch"] = diff ? nlohmann::ordered_json(*diff) : nlohmann::ordered_json(nullptr);
   cmp["compared"] = with_pool ? "batch, timing, physical/mapped/cached/free-pool chunks, used and logical bytes, "
@@ -160,14 +189,11 @@ std::pair<nlohmann::ordered_json, bool> compare_backends(const replay_options& o
                               : "batch, timing, physical chunks net of the free pool (creation ahead runs on wall "
                                 "time), mapped/cached chunks, used and logical bytes, fragmentation, modelled VMM time";
   out << (diff ? fmt::format("compare {} vs {}: MISMATCH at {}\n", o.backends[0], o.backends[1], *diff)
-               : fmt::format("compare {} vs {}: identical over {} steps\n", o.backends[0], o.backends[1],
-                             runs[0].log.size()));
+               : fmt::format("compare {} vs {}: identical over {} steps\n", o.backends[0], o.backends[1], steps));
   const auto& a = runs[0].result.vmm;
   const auto& b = runs[1].result.vmm;
   if (a && b) compare_vmm_time(o, a->report, b->report, cmp, out);
-  return {nlohmann::ordered_json{{"compare", cmp},
-                                 {"runs", {replay_result_json(runs[0].result), replay_result_json(runs[1].result)}}},
-          diff.has_value()};
+  return {nlohmann::ordered_json{{"compare", cmp}, {"runs", {run_json(runs[0]), run_json(runs[1])}}}, diff.has_value()};
 }
 
 // ---- outputs ---------------------------------------------------------------------------------
@@ -202,21 +228,23 @@ int run_replays(const replay_options& o, const cli_streams& given) {
   // option the policy's constructor rejects) fails first.
   sim::shared_foresight foresight = trace_foresight(o);
   std::vector<std::unique_ptr<sim::eviction_feed>> feeds;
-  std::vector<std::unique_ptr<sim::kv_policy>> policies;
+  std::vector<std::vector<std::unique_ptr<sim::kv_policy>>> policies;  // per backend, one per replica
   for (const std::string& backend : o.backends) {
     feeds.push_back(std::make_unique<sim::eviction_feed>(&foresight));
     sim::kv_policy_options p = over(o, backend);
     feeds.back()->attach(p);
-    policies.push_back(sim::make_kv_policy(o.choice, p));
+    policies.emplace_back();
+    for (std::uint32_t r = 0; r < o.replicas; ++r) policies.back().push_back(sim::make_kv_policy(o.choice, p));
   }
   replay_outputs outputs = open_outputs(o, given.out);
   std::vector<replay_run> runs;
   for (std::size_t i = 0; i < o.backends.size(); ++i) {
-    runs.push_back(run_one(o, o.backends[i], *policies[i], *feeds[i], i + 1 == o.backends.size(), outputs, io));
+    runs.push_back(run_one(o, o.backends[i], policies[i], *feeds[i], i + 1 == o.backends.size(), outputs, io));
     if (o.comparing) io.out << fmt::format("== run {}: backend {}\n", i + 1, o.backends[i]);
     print_replay_summary(io.out, runs.back().result);
+    if (runs.back().cluster) print_cluster_summary(io.out, *runs.back().cluster);
   }
-  nlohmann::ordered_json json = replay_result_json(runs.front().result);
+  nlohmann::ordered_json json = run_json(runs.front());
   bool mismatch = false;
   if (o.comparing) std::tie(json, mismatch) = compare_backends(o, runs, io.out);
   commit_outputs(o, json, outputs, given.out);

@@ -127,9 +127,30 @@ po::options_description output_options() {
   return o;
 }
 
+po::options_description cluster_options() {
+  po::options_description o("cluster (sim/router.hpp, Note [Routers])");
+  o.add_options()("replicas", po::value<std::uint32_t>()->default_value(1),
+                  "identical replicas, each its own policy, memory and GPU (--memory is per replica)")(
+      "router", po::value<std::string>()->default_value("round-robin"),
+      ("where each arrival goes with more than one replica:\n" + sim::router_help()).c_str())(
+      "router-cache-threshold", po::value<double>()->default_value(0.3),
+      "prefix-approx: share of the prompt a tree match must exceed")(
+      "router-balance-abs", po::value<std::uint32_t>()->default_value(64),
+      "prefix-approx: imbalance, in requests, that routes to the least loaded (with --router-balance-rel)")(
+      "router-balance-rel", po::value<double>()->default_value(1.5),
+      "prefix-approx: and as a ratio most / least loaded")(
+      "router-tree-tokens", po::value<std::string>()->default_value("auto"),
+      "prefix-approx: tokens each replica's tree keeps (auto: one replica's KV memory in tokens; 0: unlimited)")(
+      "router-decode-weight", po::value<double>()->default_value(1.0),
+      "prefix-precise: weight of the running requests' context tokens in the cost")(
+      "router-temperature", po::value<double>()->default_value(0.0),
+      "prefix-precise: 0 picks the cheapest replica; above 0 draws one (softmax over cost, seeded by --seed)");
+  return o;
+}
+
 po::options_description replay_option_table() {
   po::options_description options("options");
-  options.add(workload_options()).add(backend_options());
+  options.add(workload_options()).add(cluster_options()).add(backend_options());
   add_policy_groups(options);
   options.add(output_options());
   return options;
@@ -270,6 +291,45 @@ void parse_workload(const po::variables_map& v, const replay_axes& axes, replay_
   o.seed = get<std::uint64_t>(v, "seed");
 }
 
+// Replicas and the router; absent options (compare's table) keep their defaults.
+void parse_cluster(const po::variables_map& v, replay_options& o) {
+  if (v.count("replicas") == 0) return;
+  o.replicas = get<std::uint32_t>(v, "replicas");
+  if (o.replicas == 0) throw usage_error("--replicas must be at least 1");
+  o.router = get<std::string>(v, "router");
+  const auto known = sim::router_names();
+  if (std::find(known.begin(), known.end(), o.router) == known.end()) {
+    throw usage_error(fmt::format("--router: unknown router '{}' (known: {})", o.router, fmt::join(known, ", ")));
+  }
+  sim::router_options& r = o.router_options;
+  r.cache_threshold = get<double>(v, "router-cache-threshold");
+  r.balance_abs = get<std::uint32_t>(v, "router-balance-abs");
+  r.balance_rel = get<double>(v, "router-balance-rel");
+  r.decode_weight = get<double>(v, "router-decode-weight");
+  r.temperature = get<double>(v, "router-temperature");
+  r.seed = o.seed;
+  const std::string tree = get<std::string>(v, "router-tree-tokens");
+  if (tree == "auto") {
+    const std::uint64_t token_bytes = o.policy.kv.kv_bytes_per_token();
+    r.tree_tokens = o.policy.memory_bytes == std::numeric_limits<std::uint64_t>::max() || token_bytes == 0
+                        ? 0
+                        : o.policy.memory_bytes / token_bytes;
+  } else {
+    try {
+      std::size_t used = 0;
+      r.tree_tokens = std::stoull(tree, &used);
+      if (used != tree.size() || tree.front() == '-') throw std::invalid_argument(tree);
+    } catch (const std::logic_error&) {
+      throw usage_error(fmt::format("--router-tree-tokens: '{}' is not a token count or auto", tree));
+    }
+  }
+  try {
+    (void)sim::make_router(o.router, r);  // a bad router option fails here, before any output
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(fmt::format("--router {}: {}", o.router, e.what()));
+  }
+}
+
 }  // namespace
 
 sim::policy_choice parse_policy_choice(const std::string& policy, const po::variables_map& v) {
@@ -306,11 +366,15 @@ replay_options parse_replay_options(const po::variables_map& v, sim::policy_choi
   parse_backends(v, o);
   parse_memory(axes, o);
   parse_replica(v, axes, o);
+  parse_cluster(v, o);
   o.with_wall = !v["no-wall"].as<bool>();
   o.config.replica.measure_wall = o.with_wall;  // the step wall clock is reported only with_wall
   if (v.count("json") != 0) o.json = get<std::string>(v, "json");
   if (v.count("timeseries") != 0) o.timeseries = get<std::string>(v, "timeseries");
   if (v.count("chrome-trace") != 0) o.chrome_trace = get<std::string>(v, "chrome-trace");
+  if (o.replicas > 1 && (o.timeseries || o.chrome_trace)) {
+    throw usage_error("--timeseries and --chrome-trace follow one replica: not with --replicas above 1");
+  }
   if ((o.json == "-") + (o.timeseries == "-") + (o.chrome_trace == "-") > 1) {
     throw usage_error("--json, --timeseries and --chrome-trace: only one of them can be '-' (standard output)");
   }

@@ -17,6 +17,7 @@
 #include "sim/policy_registry.hpp"
 #include "sim/presets.hpp"
 #include "sim/replay.hpp"
+#include "sim/router.hpp"
 #include "sim/step_log.hpp"
 #include "tools/cli.hpp"
 #include "traces/trace_reader.hpp"
@@ -43,6 +44,9 @@ struct replay_options {
   std::uint64_t seed = 0;
   bool with_wall = true;
   std::optional<std::string> json, timeseries, chrome_trace;  // output files
+  std::uint32_t replicas = 1;                                 // --replicas (sim/cluster.hpp)
+  std::string router = "round-robin";                         // --router (sim/router.hpp)
+  sim::router_options router_options;                         // --router-* (the seed is --seed)
 
   [[nodiscard]] bool emulate_for(const std::string& backend) const { return emulate_steps.value_or(backend == "cuda"); }
 };
@@ -66,6 +70,8 @@ struct replay_axes {
 [[nodiscard]] boost::program_options::options_description backend_options();
 void add_policy_groups(boost::program_options::options_description& into);
 [[nodiscard]] boost::program_options::options_description output_options();
+/// Replicas and the router (`replay`; compare reads their defaults where its table lacks them).
+[[nodiscard]] boost::program_options::options_description cluster_options();
 [[nodiscard]] boost::program_options::options_description replay_option_table();
 /// Every policy's options in one group called `caption` (an arm's options in `compare`).
 [[nodiscard]] boost::program_options::options_description policy_option_table(const std::string& caption);

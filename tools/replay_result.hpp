@@ -13,6 +13,7 @@
 #include <ostream>
 #include <string>
 
+#include "sim/cluster.hpp"
 #include "sim/kv_policy.hpp"
 #include "sim/presets.hpp"
 #include "sim/replay.hpp"
@@ -99,5 +100,8 @@ void add_replica_settings(nlohmann::ordered_json& j, const sim::replica_config& 
 
 /// The human summary of `replay`: settings, requests, memory, latency, load, then the VMM split.
 void print_replay_summary(std::ostream& out, const replay_result& r);
+/// The cluster's lines after it (more than one replica): router and decisions, imbalance, the
+/// bounds, one line per replica.
+void print_cluster_summary(std::ostream& out, const sim::cluster_summary& c);
 
 }  // namespace vtensor::tools

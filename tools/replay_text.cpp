@@ -155,3 +155,35 @@ void print_replay_summary(std::ostream& out, const replay_result& r) {
 }
 
 }  // namespace vtensor::tools
+
+namespace vtensor::tools {
+
+void print_cluster_summary(std::ostream& out, const sim::cluster_summary& c) {
+  const std::uint64_t prompt = c.total.counters.prompt_tokens;
+  out << fmt::format(
+      "cluster: {} replicas (memory, policy and step loop each; figures above are the cluster's), "
+      "router {}\n",
+      c.replicas.size(), c.router);
+  std::string decisions;
+  for (const auto& [reason, count] : c.decisions) {
+    decisions += fmt::format("{}{} {}", decisions.empty() ? "" : ", ", reason, count);
+  }
+  out << fmt::format("routing decisions: {}\n", decisions);
+  out << fmt::format("load imbalance (max / mean over replicas): busy time {:.2f}, queued tokens {:.2f}\n",
+                     c.busy_imbalance(), c.queued_imbalance());
+  out << fmt::format(
+      "prefix bound (infinite cache): one global cache {:.4f}, one per replica as routed {:.4f}; achieved {:.4f}\n",
+      prefix_hit_rate(c.global_bound_hit_tokens, prompt), prefix_hit_rate(c.split_bound_hit_tokens(), prompt),
+      c.total.hit_rate());
+  for (std::size_t i = 0; i < c.replicas.size(); ++i) {
+    const sim::replica_figures& f = c.replicas[i];
+    const sim::replay_summary& s = f.summary;
+    out << fmt::format(
+        "  replica {}: {} requests, hit {:.4f} (bound {:.4f}), TTFT {}, TPOT p90 {:.1f} ms, busy {:.2f}, "
+        "queued tokens {:.0f}\n",
+        i, s.counters.submitted, s.hit_rate(), prefix_hit_rate(f.bound_hit_tokens, s.counters.prompt_tokens),
+        latency_text(s.ttft), s.tpot.p90, s.busy_fraction(), f.mean_queued_tokens);
+  }
+}
+
+}  // namespace vtensor::tools
