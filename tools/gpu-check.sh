@@ -13,7 +13,9 @@
 #   5. vtensor on the first 500 requests of the Azure conversation trace, whose admissions all
 #      miss the cache and so take the standby vTensor (Note [Standby vTensor] in
 #      core/scheduler.cpp): at the default memory, and at 3 GiB and 3.3x the load (preemptions),
-#      token-major and kv-fused.
+#      token-major and kv-fused;
+#   6. two replicas on the one GPU (issue 34), vtensor and paged, each replica its own pool and
+#      16 GiB cap, routed by prefix-precise, every replica's steps compared.
 # Usage: tools/gpu-check.sh BIN_DIR OUT_DIR   (BIN_DIR holds vtensor and vtensor_tests; shared
 # libraries they need may sit beside them; the tests read their data from the source tree the
 # binary was built from, so run this from that tree or a copy at the same path). Exit 0 when every
@@ -62,5 +64,11 @@ for layout in token-major kv-fused; do
     --layout "$layout" --compare-backends sim,cuda
   step "compare-standby-$layout-3GiB" "$bin/vtensor" replay --trace "$azure" --max-requests 500 --memory 3GiB \
     --time-scale 0.3 --step-time-scale 0.05 --layout "$layout" --compare-backends sim,cuda
+done
+# Two replicas' pools on one GPU (issue 34): each policy its own cuda backend with its own 16 GiB
+# cap, arrivals placed by a router that reads both caches; every replica step by step.
+for policy in vtensor paged; do
+  step "compare-cluster-$policy" "$bin/vtensor" replay --trace "$trace" --max-requests 500 --memory 16GiB \
+    --replicas 2 --router prefix-precise --step-time-scale 0.05 --policy "$policy" --compare-backends sim,cuda
 done
 exit $status
