@@ -254,7 +254,8 @@ cluster_summary run_cluster(traces::trace_reader& reader, std::span<kv_policy* c
     view.request_ = kv_request{request_id{read - 1}, blocks, next.input_tokens,
                                std::uint64_t{next.input_tokens} + next.output_tokens, std::nullopt};
     const route_choice choice = route->route(routed_request{next, blocks}, view);
-    if (choice.replica >= n) throw std::logic_error(fmt::format("router {} chose replica {}", route->name(), choice.replica));
+    if (choice.replica >= n)
+      throw std::logic_error(fmt::format("router {} chose replica {}", route->name(), choice.replica));
     const auto reason = std::find(reasons.begin(), reasons.end(), choice.reason);
     if (reason == reasons.end()) {
       throw std::logic_error(fmt::format("router {} gave an unlisted reason '{}'", route->name(), choice.reason));

@@ -31,14 +31,14 @@ namespace vtensor::sim {
 
 /// One replica of a cluster's replay.
 struct replica_figures {
-  replay_summary summary;            ///< as run_replay() reports a replica (events: the cluster's)
-  double mean_queued_tokens = 0;     ///< replica::mean_queued_tokens()
+  replay_summary summary;              ///< as run_replay() reports a replica (events: the cluster's)
+  double mean_queued_tokens = 0;       ///< replica::mean_queued_tokens()
   std::uint64_t bound_hit_tokens = 0;  ///< infinite-cache hits of the requests routed to it
 };
 
 /// A cluster's replay (Note [Cluster figures]).
 struct cluster_summary {
-  replay_summary total;                  ///< the cluster as one (for one replica: that replica's)
+  replay_summary total;                   ///< the cluster as one (for one replica: that replica's)
   std::vector<replica_figures> replicas;  ///< in index order
   std::string router;                     ///< its name; empty for one replica
   nlohmann::ordered_json router_options;  ///< router::describe()

@@ -91,8 +91,7 @@ class approx_tree {
   explicit approx_tree(std::uint64_t capacity) : capacity_(capacity) {}
 
   // Tokens of the leading blocks of `chained` (with their tokens) present.
-  [[nodiscard]] std::uint64_t match(std::span<const std::uint64_t> chained,
-                                    std::span<const token_block> blocks) const {
+  [[nodiscard]] std::uint64_t match(std::span<const std::uint64_t> chained, std::span<const token_block> blocks) const {
     std::uint64_t tokens = 0;
     for (std::size_t i = 0; i < chained.size() && index_.contains(chained[i]); ++i) tokens += blocks[i].tokens;
     return tokens;
@@ -186,7 +185,7 @@ class prefix_approx_router final : public router {
  private:
   router_options options_;
   std::vector<approx_tree> trees_;
-  std::vector<std::uint64_t> chained_;     // scratch: the request's chained blocks
+  std::vector<std::uint64_t> chained_;    // scratch: the request's chained blocks
   std::vector<std::uint32_t> in_flight_;  // scratch: each replica's requests
 };
 
@@ -216,11 +215,12 @@ class prefix_precise_router final : public router {
       std::discrete_distribution<std::uint32_t> d(weight.begin(), weight.end());
       pick = d(draw_);
     }
-    return {pick, cached_[pick] > 0 ? "cache-hit" : "no-hit"};
+    const std::uint64_t most = *std::max_element(cached_.begin(), cached_.end());
+    return {pick, most == 0 ? "no-hit" : cached_[pick] == most ? "longest-prefix" : "load"};
   }
   [[nodiscard]] bool reads_caches() const override { return true; }
   [[nodiscard]] std::string_view name() const override { return k_prefix_precise; }
-  [[nodiscard]] std::vector<std::string_view> reasons() const override { return {"cache-hit", "no-hit"}; }
+  [[nodiscard]] std::vector<std::string_view> reasons() const override { return {"longest-prefix", "load", "no-hit"}; }
   [[nodiscard]] nlohmann::ordered_json describe() const override {
     return {{"decode_weight", options_.decode_weight}, {"temperature", options_.temperature}};
   }
@@ -228,7 +228,7 @@ class prefix_precise_router final : public router {
  private:
   router_options options_;
   std::mt19937_64 draw_;
-  std::vector<double> cost_;            // scratch
+  std::vector<double> cost_;           // scratch
   std::vector<std::uint64_t> cached_;  // scratch
 };
 

@@ -29,7 +29,9 @@
 ///   requests' context tokens), Dynamo's cost with its overlap weight on the other term. With
 ///   `temperature` 0 the cheapest replica (lowest index on a tie); above 0 a replica is drawn
 ///   with probability proportional to exp(-cost / (temperature x the largest cost)), from a
-///   generator seeded by the replay's seed (Dynamo's softmax sampling).
+///   generator seeded by the replay's seed (Dynamo's softmax sampling). Its reasons: the replica
+///   holding the longest cached prefix ("longest-prefix"), one holding less because the load
+///   outweighed it ("load"), or no replica holding any of the prompt ("no-hit").
 /// Every router is deterministic given the trace and the seed. The decisions are counted by
 /// reason (route_choice::reason) in the cluster's summary.
 
@@ -75,13 +77,13 @@ struct route_choice {
 
 /// The routers' settings (Note [Routers]); each router reads its own.
 struct router_options {
-  double cache_threshold = 0.3;   ///< prefix-approx: share of the prompt a match must exceed
+  double cache_threshold = 0.3;    ///< prefix-approx: share of the prompt a match must exceed
   std::uint32_t balance_abs = 64;  ///< prefix-approx: requests of imbalance, absolute
-  double balance_rel = 1.5;       ///< prefix-approx: and relative
-  std::uint64_t tree_tokens = 0;  ///< prefix-approx: tokens each replica's tree keeps (0: unlimited)
-  double decode_weight = 1.0;     ///< prefix-precise: weight of the decode load
-  double temperature = 0.0;       ///< prefix-precise: 0 picks the cheapest; above 0 samples
-  std::uint64_t seed = 0;         ///< prefix-precise with a temperature: the draw's seed
+  double balance_rel = 1.5;        ///< prefix-approx: and relative
+  std::uint64_t tree_tokens = 0;   ///< prefix-approx: tokens each replica's tree keeps (0: unlimited)
+  double decode_weight = 1.0;      ///< prefix-precise: weight of the decode load
+  double temperature = 0.0;        ///< prefix-precise: 0 picks the cheapest; above 0 samples
+  std::uint64_t seed = 0;          ///< prefix-precise with a temperature: the draw's seed
 };
 
 /// The interface.

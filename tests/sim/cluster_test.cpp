@@ -147,10 +147,14 @@ TEST_CASE("cluster: splitting sessions across replicas costs reuse, and the boun
   CHECK(a.total.counters.hit_tokens <= a.split_bound_hit_tokens());
   CHECK(b.total.counters.hit_tokens <= b.split_bound_hit_tokens());
   CHECK(b.total.counters.hit_tokens > a.total.counters.hit_tokens);  // the precise router follows the cache
-  const auto cache_hits = std::find_if(b.decisions.begin(), b.decisions.end(),
-                                       [](const auto& d) { return d.first == "cache-hit"; });
-  REQUIRE(cache_hits != b.decisions.end());
-  CHECK(cache_hits->second == 8);  // every later turn (4 sessions x 2) found its session's replica
+  const auto count = [&](std::string_view reason) {
+    const auto d =
+        std::find_if(b.decisions.begin(), b.decisions.end(), [&](const auto& x) { return x.first == reason; });
+    REQUIRE(d != b.decisions.end());
+    return d->second;
+  };
+  CHECK(count("longest-prefix") == 8);  // every later turn (4 sessions x 2) went to its session's replica
+  CHECK(count("no-hit") == 4);          // first turns
 }
 
 TEST_CASE("cluster: the same trace and seed give the same cluster, a sampling router included") {
@@ -253,12 +257,13 @@ TEST_CASE("router: prefix-precise weighs uncached prefill against decode load, a
   fake_view v(3);
   auto p = sim::make_router("prefix-precise", {});
   const auto r = request(1, 4000, {1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(route(*p, r, v).reason == "no-hit");
   v.cached[2] = 3584;
   CHECK(route(*p, r, v).replica == 2);
-  CHECK(route(*p, r, v).reason == "cache-hit");
+  CHECK(route(*p, r, v).reason == "longest-prefix");
   v.loads[2].running_tokens = 5000;  // 416 + 5000 > 4000 + 0
   CHECK(route(*p, r, v).replica == 0);
-  CHECK(route(*p, r, v).reason == "no-hit");
+  CHECK(route(*p, r, v).reason == "load");
   sim::router_options light;
   light.decode_weight = 0.1;  // 416 + 500 < 4000
   auto q = sim::make_router("prefix-precise", light);
@@ -330,7 +335,7 @@ TEST_CASE("replay --replicas: the cluster's block in the JSON and the text, and 
                                       "prefix-precise", "--no-wall", "--json", json.string()});
   REQUIRE_MESSAGE(r.code == 0, r.err);
   CHECK(r.out.find("cluster: 4 replicas") != std::string::npos);
-  CHECK(r.out.find("routing decisions: cache-hit") != std::string::npos);
+  CHECK(r.out.find("routing decisions: longest-prefix") != std::string::npos);
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
   CHECK(j["requests"] == 200);
