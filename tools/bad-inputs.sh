@@ -72,6 +72,10 @@ row "report of a folder that is no comparison" "" report not-a-comparison
 row "capacity without an objective" "" capacity --arm v=vtensor
 row "capacity objective that does not parse" "" capacity --arm v=vtensor --slo 'ttft_p95<=5s'
 row "standby larger than the context" "" replay --trace "$trace" --standby-tokens 200000
+row "no replica" "" replay --trace "$trace" --replicas 0
+row "an unknown router" "" replay --trace "$trace" --replicas 2 --router random
+row "a router option out of range" "" replay --trace "$trace" --replicas 2 --router prefix-approx --router-cache-threshold 2
+row "a time series of a cluster" "" replay --trace "$trace" --replicas 2 --timeseries ts.csv
 if [ -L link.json ] && [ "$(head -c1 kept.json)" = "{" ]; then
   echo "(check: link.json is still a symlink and kept.json holds the summary)" >&2
 else
