@@ -4,7 +4,7 @@
 # of the trace's own arrival rate, that meets a latency objective (`vtensor capacity`, Note
 # [Capacity search] in tools/capacity.cpp). The objectives are stated per trace: Mooncake's
 # prompts (up to 100k tokens) take seconds to prefill even alone, so its TTFT limit is 10 s;
-# the Azure conversation trace and a gen-trace multi-turn trace get 2 s.
+# so does the bundled excerpt; the Azure conversation trace and a gen-trace multi-turn trace get 2 s.
 # Usage: tools/capacity-results.sh [BINARY] [OUT_DIR] [JOBS]   (defaults: build/bin/vtensor results/capacity 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,9 @@ run() {  # run NAME ARGS...: one search into $root/NAME.txt and NAME.json
   "$bin" capacity "$@" "${five[@]}" --tolerance 0.02 --jobs "$jobs" --no-wall --json "$root/$name.json" >"$root/$name.txt"
 }
 run mooncake traces/data/mooncake_conversation_trace.jsonl --slo 'ttft_p90<=10s,tpot_p90<=100ms'
+# The bundled excerpt, whose vtensor and paged capacities set the main job's operating point
+# (Note [The main job's operating point] in tools/replay_options.cpp).
+run excerpt traces/data/mooncake_conversation_excerpt.jsonl --slo 'ttft_p90<=10s,tpot_p90<=100ms'
 run azure traces/data/AzureLLMInferenceTrace_conv.csv --slo 'ttft_p90<=2s,tpot_p90<=100ms'
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT

@@ -37,6 +37,8 @@ po::options_description capacity_table() {
       "memory", po::value<std::vector<std::string>>()->composing(), "memory axis, as compare's (default: default)")(
       "kernel-factors", po::value<std::vector<std::string>>()->composing(),
       "kernel-factor axis, as compare's (default: modern)")(
+      "replicas", po::value<std::vector<std::string>>()->composing(),
+      "replicas axis, as compare's: each load is the cluster's (default: 1)")(
       "slo", po::value<std::string>(),
       "the objective, every clause at most its limit: e.g. 'ttft_p90<=5s,tpot_p99<=100ms' (metrics ttft, tpot, "
       "e2e; quantiles p50, p90, p99; units s, ms, us)")(
@@ -54,7 +56,7 @@ po::options_description capacity_table() {
 
 // One search: an arm in a cell of the memory, kernel-factor and trace axes.
 struct search {
-  std::size_t arm = 0, memory = 0, kernel_factors = 0, trace = 0;
+  std::size_t arm = 0, memory = 0, kernel_factors = 0, trace = 0, replicas = 0;
   capacity_search bracket;
   nlohmann::ordered_json probes = nlohmann::ordered_json::array();
   nlohmann::ordered_json at_capacity;  // the met probe's figures
@@ -65,8 +67,9 @@ std::string format_ms(double ms) {
 }
 
 std::string cell_name(const experiment& x, const search& s) {
-  return fmt::format("memory={},kernel_factors={},trace={} (trace {})", x.memory[s.memory],
-                     x.kernel_factors[s.kernel_factors], s.trace, x.traces[s.trace]);
+  const std::string replicas = x.names_replicas() ? fmt::format(",replicas={}", x.replicas[s.replicas]) : "";
+  return fmt::format("memory={},kernel_factors={},trace={}{} (trace {})", x.memory[s.memory],
+                     x.kernel_factors[s.kernel_factors], s.trace, replicas, x.traces[s.trace]);
 }
 
 // Replays the probes of every search still open, round after round.
@@ -81,7 +84,7 @@ void run_searches(const experiment& x, const std::vector<std::string>& shared, c
       const std::optional<double> load = searches[i].bracket.next();
       if (!load) continue;
       const search& s = searches[i];
-      probes.push_back({s.arm, s.memory, s.kernel_factors, s.trace, 1.0 / *load});
+      probes.push_back({s.arm, s.memory, s.kernel_factors, s.trace, s.replicas, 1.0 / *load});
       owners.push_back(i);
       loads.push_back(*load);
     }
@@ -127,8 +130,10 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
   std::vector<search> searches;
   for (std::size_t t = 0; t < x.traces.size(); ++t) {
     for (std::size_t k = 0; k < x.kernel_factors.size(); ++k) {
-      for (std::size_t m = 0; m < x.memory.size(); ++m) {
-        for (std::size_t a = 0; a < x.arms.size(); ++a) searches.push_back({a, m, k, t, bounds, {}, {}});
+      for (std::size_t r = 0; r < x.replicas.size(); ++r) {
+        for (std::size_t m = 0; m < x.memory.size(); ++m) {
+          for (std::size_t a = 0; a < x.arms.size(); ++a) searches.push_back({a, m, k, t, r, bounds, {}, {}});
+        }
       }
     }
   }
@@ -177,10 +182,12 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
       j["probes"] = s.probes;
       arms.push_back(std::move(j));
     }
-    cells.push_back({{"memory", x.memory[first.memory]},
-                     {"kernel_factors", x.kernel_factors[first.kernel_factors]},
-                     {"trace", x.traces[first.trace]},
-                     {"arms", std::move(arms)}});
+    nlohmann::ordered_json cell = {{"memory", x.memory[first.memory]},
+                                   {"kernel_factors", x.kernel_factors[first.kernel_factors]},
+                                   {"trace", x.traces[first.trace]}};
+    if (x.names_replicas()) cell["replicas"] = x.replicas[first.replicas];
+    cell["arms"] = std::move(arms);
+    cells.push_back(std::move(cell));
   }
   io.out << "\ncapacity: the heaviest load tried that met the objective (the next heavier failed, within the "
             "tolerance, so capacities that close are a tie); none: not even the lightest met it; >=: the heaviest "

@@ -37,8 +37,8 @@ po::options_description compare_options() {
                   "trace file; several make the trace axis (default: the bundled Mooncake excerpt)")(
       "arm", po::value<std::vector<std::string>>()->composing(),
       "NAME='POLICY [options]': an arm, e.g. paged32='paged --block-tokens 32' (repeatable; options: the "
-      "policy's own, as replay takes them)")("arms", po::value<std::string>(),
-                                             "experiment file (JSON: arms and axes; docs/compare.md)")(
+      "policy's own and the router's, --router R --router-*, as replay takes them)")(
+      "arms", po::value<std::string>(), "experiment file (JSON: arms and axes; docs/compare.md)")(
       "baseline", po::value<std::string>(), "the reference arm of the ratios (default: the first arm)")(
       "memory", po::value<std::vector<std::string>>()->composing(),
       "memory axis: budgets per GPU, comma-separated or repeated: default, 16GiB, unlimited (default: default)")(
@@ -46,7 +46,10 @@ po::options_description compare_options() {
       "time-scale axis: arrival x SCALE, comma-separated or repeated (default: 1)")(
       "kernel-factors", po::value<std::vector<std::string>>()->composing(),
       "kernel-factor axis: modern, 2024 or a JSON file, comma-separated or repeated (default: modern)")(
-      "jobs", po::value<std::uint32_t>()->default_value(0), "points replayed at once (0: the machine's cores)")(
+      "replicas", po::value<std::vector<std::string>>()->composing(),
+      "replicas axis: replicas per point, each its own policy and memory, behind the arm's --router "
+      "(default: 1; sim/cluster.hpp)")("jobs", po::value<std::uint32_t>()->default_value(0),
+                                       "points replayed at once (0: the machine's cores)")(
       "out", po::value<std::string>(),
       "write the comparison to folder DIR, whole or not at all (docs/compare-output.md)")(
       "json", po::value<std::string>(), "write summary.json to FILE too (- : standard output)")(

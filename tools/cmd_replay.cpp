@@ -237,6 +237,7 @@ int run_replays(const replay_options& o, const cli_streams& given) {
     for (std::uint32_t r = 0; r < o.replicas; ++r) policies.back().push_back(sim::make_kv_policy(o.choice, p));
   }
   replay_outputs outputs = open_outputs(o, given.out);
+  if (o.operating_point) io.out << *o.operating_point << "\n";
   std::vector<replay_run> runs;
   for (std::size_t i = 0; i < o.backends.size(); ++i) {
     runs.push_back(run_one(o, o.backends[i], policies[i], *feeds[i], i + 1 == o.backends.size(), outputs, io));

@@ -77,6 +77,19 @@ double parse_time_scale(const std::string& where, const std::string& text) {
   return v;
 }
 
+std::uint32_t parse_replicas(const std::string& where, const std::string& text) {
+  std::uint64_t v = 0;
+  std::size_t used = 0;
+  try {
+    v = std::stoull(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  if (used != text.size() || text.front() == '-' || v == 0 || v > 4096)
+    throw usage_error(fmt::format("{}: '{}' is not a replica count from 1 to 4096", where, text));
+  return static_cast<std::uint32_t>(v);
+}
+
 // "NAME=POLICY [options]" or, from a file, name and "POLICY [options]".
 arm make_arm(const std::string& where, const std::string& arm_name, const std::string& spec) {
   if (arm_name.empty()) throw usage_error(fmt::format("{}: an arm needs a name (NAME='POLICY [options]')", where));
@@ -99,14 +112,26 @@ arm make_arm(const std::string& where, const std::string& arm_name, const std::s
   }
   // Options no policy's table holds (a shared setting, an axis, a typo) fail here, as do the
   // options of another policy and bad values.
+  // The router's options (not --replicas, an axis) ride with the arm: an arm is a policy behind
+  // a router, so one comparison can set vtensor behind one router against paged behind another.
+  po::options_description table = policy_option_table("arm");
+  const po::options_description cluster = cluster_options();
+  for (const auto& o : cluster.options()) {
+    if (o->long_name() != "replicas") table.add(o);
+  }
   po::variables_map v;
   try {
-    po::store(po::command_line_parser(tokens).options(policy_option_table("arm")).run(), v);
+    const po::parsed_options parsed = po::command_line_parser(tokens).options(table).run();
+    po::store(parsed, v);
     po::notify(v);
+    for (const po::option& o : parsed.options) {
+      if (o.string_key.rfind("router", 0) == 0)
+        a.router.insert(a.router.end(), o.original_tokens.begin(), o.original_tokens.end());
+    }
   } catch (const po::error& e) {
     throw usage_error(
-        fmt::format("{}: arm {}: {} (an arm takes its policy's options: --{}; shared settings go on the "
-                    "command line)",
+        fmt::format("{}: arm {}: {} (an arm takes its policy's options: --{}, and the router's: --router, "
+                    "--router-*; shared settings go on the command line)",
                     where, arm_name, e.what(), fmt::join(sim::kv_policy_option_names(a.policy), ", --")));
   }
   try {
@@ -134,10 +159,13 @@ nlohmann::json parse_experiment_file(const std::string& path) {
     throw usage_error(fmt::format("--arms {}: not JSON: {}", path, e.what()));
   }
   if (!j.is_object()) throw bad_field(path, "(top)", "expected an object with \"arms\" and axes");
-  const std::set<std::string> known = {"arms", "baseline", "memory", "time_scale", "kernel_factors", "traces"};
+  const std::set<std::string> known = {"arms",           "baseline", "memory",  "time_scale",
+                                       "kernel_factors", "traces",   "replicas"};
   for (const auto& [key, value] : j.items()) {
-    if (known.count(key) == 0)
-      throw bad_field(path, key, "unknown field (known: arms, baseline, memory, time_scale, kernel_factors, traces)");
+    if (known.count(key) == 0) {
+      throw bad_field(path, key,
+                      "unknown field (known: arms, baseline, memory, time_scale, kernel_factors, traces, replicas)");
+    }
   }
   return j;
 }
@@ -151,7 +179,7 @@ std::vector<std::string> file_strings(const std::string& path, const nlohmann::j
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (v[i].is_string()) {
       out.push_back(v[i].get<std::string>());
-    } else if (v[i].is_number() && std::string(field) == "time_scale") {
+    } else if (v[i].is_number() && (std::string(field) == "time_scale" || std::string(field) == "replicas")) {
       out.push_back(v[i].dump());
     } else {
       throw bad_field(path, fmt::format("{}[{}]", field, i), "expected a string");
@@ -205,6 +233,9 @@ void read_experiment_file(const std::string& path, experiment& x) {
     x.time_scale_text.push_back(t);
     x.time_scale.push_back(parse_time_scale(fmt::format("--arms {}: field 'time_scale'", path), t));
   }
+  for (const std::string& r : file_strings(path, j, "replicas")) {
+    x.replicas.push_back(parse_replicas(fmt::format("--arms {}: field 'replicas'", path), r));
+  }
 }
 
 // ---- the command line ------------------------------------------------------------------------
@@ -256,6 +287,11 @@ void read_axes(const po::variables_map& v, const std::string& bundled, experimen
     x.time_scale = {1.0};
     x.time_scale_text = {"1"};
   }
+  if (auto r = list_option(v, "replicas"); !r.empty()) {
+    x.replicas.clear();
+    for (const std::string& n : r) x.replicas.push_back(parse_replicas("--replicas", n));
+  }
+  if (x.replicas.empty()) x.replicas = {1};
 }
 
 // Every budget parses; no axis holds a value twice (two equal values would give two points one
@@ -274,6 +310,9 @@ void check_axes(const experiment& x) {
   once("time-scale", x.time_scale_text);
   once("kernel-factors", x.kernel_factors);
   once("trace", x.traces);
+  std::vector<std::string> replicas;
+  for (const std::uint32_t r : x.replicas) replicas.push_back(std::to_string(r));
+  once("replicas", replicas);
 }
 
 }  // namespace
@@ -331,7 +370,30 @@ point make_point(const experiment& x, const po::variables_map& settings, std::si
                          x.kernel_factors[c.kernel_factors], x.traces[c.trace]};
   p.options = point_options(settings, x.arms[a], axes);
   p.options.config.replica.measure_wall = false;  // a point reports no step wall time
+  // The cell's replicas behind the arm's router (parsed as replay parses them, after the memory).
+  std::vector<std::string> tokens = x.arms[a].router;
+  tokens.insert(tokens.end(), {"--replicas", std::to_string(x.replicas[c.replicas])});
+  tokens.insert(tokens.end(), {"--seed", std::to_string(p.options.seed)});
+  po::options_description table = cluster_options();
+  table.add_options()("seed", po::value<std::uint64_t>());
+  po::variables_map v;
+  po::store(po::command_line_parser(tokens).options(table).run(), v);
+  po::notify(v);
+  try {
+    parse_cluster_options(v, p.options);
+  } catch (const usage_error& e) {
+    throw usage_error(fmt::format("arm {}: {}", x.arms[a].name, e.what()));
+  }
   return p;
+}
+
+// A cell's id: its axes' values (the replica count when the experiment varies it).
+std::string cell_id(const experiment& x, std::size_t m, const std::string& time_scale, std::size_t k, std::size_t t,
+                    std::size_t r) {
+  std::string id = fmt::format("memory={},time_scale={},kernel_factors={},trace={}", x.memory[m], time_scale,
+                               x.kernel_factors[k], t);
+  if (x.names_replicas()) id += fmt::format(",replicas={}", x.replicas[r]);
+  return sanitized(id);
 }
 
 // The budget of a cell whose points are made: nullopt for unlimited.
@@ -340,16 +402,17 @@ void set_budget(cell& c, const point& p) {
   if (bytes != std::numeric_limits<std::uint64_t>::max()) c.memory_bytes = bytes;
 }
 
-// Cell (m, s, k, t) of the axes and its points, one per arm.
+// Cell (m, s, k, t, r) of the axes and its points, one per arm.
 void add_cell(const experiment& x, const po::variables_map& settings, std::size_t m, std::size_t s, std::size_t k,
-              std::size_t t, compare_grid& g) {
+              std::size_t t, std::size_t r, compare_grid& g) {
   cell c;
   c.memory = m;
   c.time_scale = s;
   c.kernel_factors = k;
   c.trace = t;
-  c.id = sanitized(fmt::format("memory={},time_scale={},kernel_factors={},trace={}", x.memory[m], x.time_scale_text[s],
-                               x.kernel_factors[k], t));
+  c.replicas = r;
+  c.replica_count = x.replicas[r];
+  c.id = cell_id(x, m, x.time_scale_text[s], k, t, r);
   for (std::size_t a = 0; a < x.arms.size(); ++a)
     g.points.push_back(make_point(x, settings, a, c, g.cells.size(), x.time_scale[s]));
   set_budget(c, g.points.back());
@@ -367,8 +430,9 @@ compare_grid make_probe_grid(const experiment& x, const std::vector<std::string>
     c.memory = pr.memory;
     c.kernel_factors = pr.kernel_factors;
     c.trace = pr.trace;
-    c.id = sanitized(fmt::format("memory={},time_scale={},kernel_factors={},trace={}", x.memory[pr.memory],
-                                 pr.time_scale, x.kernel_factors[pr.kernel_factors], pr.trace));
+    c.replicas = pr.replicas;
+    c.replica_count = x.replicas[pr.replicas];
+    c.id = cell_id(x, pr.memory, fmt::format("{}", pr.time_scale), pr.kernel_factors, pr.trace, pr.replicas);
     g.points.push_back(make_point(x, settings, pr.arm, c, g.cells.size(), pr.time_scale));
     set_budget(c, g.points.back());
     g.cells.push_back(std::move(c));
@@ -381,8 +445,10 @@ compare_grid make_grid(const experiment& x, const std::vector<std::string>& shar
   compare_grid g;
   for (std::size_t t = 0; t < x.traces.size(); ++t) {
     for (std::size_t k = 0; k < x.kernel_factors.size(); ++k) {
-      for (std::size_t s = 0; s < x.time_scale.size(); ++s) {
-        for (std::size_t m = 0; m < x.memory.size(); ++m) add_cell(x, settings, m, s, k, t, g);
+      for (std::size_t r = 0; r < x.replicas.size(); ++r) {
+        for (std::size_t s = 0; s < x.time_scale.size(); ++s) {
+          for (std::size_t m = 0; m < x.memory.size(); ++m) add_cell(x, settings, m, s, k, t, r, g);
+        }
       }
     }
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/cluster.hpp"
 #include "sim/policy_registry.hpp"
 #include "tools/compare_analysis.hpp"
 #include "tools/replay_options.hpp"
@@ -25,10 +26,11 @@ extern const std::vector<std::string> k_shared_options;
 
 /// An arm: a named policy with its options.
 struct arm {
-  std::string name;           ///< unique in the experiment
-  std::string policy;         ///< the registry's name
-  std::string options;        ///< as typed, after the policy
-  sim::policy_choice choice;  ///< the policy with its options, parsed through its table
+  std::string name;                 ///< unique in the experiment
+  std::string policy;               ///< the registry's name
+  std::string options;              ///< as typed, after the policy
+  sim::policy_choice choice;        ///< the policy with its options, parsed through its table
+  std::vector<std::string> router;  ///< its router options as typed (--router, --router-*; replay's table)
 };
 
 /// The shared options (k_shared_options) of replay's table, as one group.
@@ -45,7 +47,11 @@ struct experiment {
   std::vector<std::string> traces;           ///< paths
   std::vector<double> time_scale;            ///< parsed
   std::vector<std::string> time_scale_text;  ///< as typed
+  std::vector<std::uint32_t> replicas;       ///< replicas per point (sim/cluster.hpp)
   std::string baseline;                      ///< the reference arm of the ratios
+  /// Whether cell ids name their replica count: when the axis holds anything but 1 (ids of a
+  /// one-replica experiment stay what they were).
+  [[nodiscard]] bool names_replicas() const { return replicas.size() > 1 || replicas.front() != 1; }
 };
 
 /// The experiment of compare's options `v` (--arm, --arms FILE, --baseline, the axes; the
@@ -57,6 +63,8 @@ struct experiment {
 struct cell {
   std::string id;                                                         ///< unique, file-name safe
   std::size_t memory = 0, time_scale = 0, kernel_factors = 0, trace = 0;  ///< indices into the axes
+  std::size_t replicas = 0;                                               ///< index into the replicas axis
+  std::uint32_t replica_count = 1;                                        ///< its value
   double infinite_hit_rate = 0, offline_hit_rate = 0;                     ///< the bounds (compare_run.hpp)
   std::optional<std::uint64_t> memory_bytes;                              ///< nullopt: unlimited
 };
@@ -67,14 +75,15 @@ struct point {
   std::size_t arm = 0, cell = 0;  ///< indices into the arms and the cells
   replay_options options;         ///< the shared settings, the arm's policy, the cell's axes
   // Filled by the run (compare_run.hpp):
-  replay_result result;     ///< the replay (modelled figures only; wall_seconds kept apart)
-  point_analysis analysis;  ///< why tokens missed, histograms, quantiles
+  replay_result result;                         ///< the replay (modelled figures only; wall_seconds kept apart)
+  point_analysis analysis;                      ///< why tokens missed, histograms, quantiles
+  std::optional<sim::cluster_summary> cluster;  ///< more than one replica: the cluster's figures
   [[nodiscard]] double hit_rate() const { return result.summary.hit_rate(); }
 };
 
 /// Every cell and point of an experiment.
 struct compare_grid {
-  std::vector<cell> cells;    ///< traces, then kernel factors, time scales, memory (innermost)
+  std::vector<cell> cells;    ///< traces, then kernel factors, replicas, time scales, memory (innermost)
   std::vector<point> points;  ///< per cell, the arms in order
 };
 
@@ -85,7 +94,7 @@ struct compare_grid {
 /// One replay that `vtensor capacity` asks for: an arm at a time scale of its own, in the cell of
 /// the other axes (indices into `x`'s memory, kernel-factor and trace axes).
 struct probe {
-  std::size_t arm = 0, memory = 0, kernel_factors = 0, trace = 0;
+  std::size_t arm = 0, memory = 0, kernel_factors = 0, trace = 0, replicas = 0;
   double time_scale = 1.0;
 };
 

@@ -2,6 +2,7 @@
 
 #include "tools/compare_run.hpp"
 
+#include "sim/cluster.hpp"
 #include "sim/eviction_feed.hpp"
 #include "sim/outputs.hpp"
 #include "sim/policy_registry.hpp"
@@ -45,7 +46,7 @@ void add_bounds(std::vector<cell>& cells, const compare_traces& traces, std::uin
       c.offline_hit_rate = c.infinite_hit_rate;
       continue;
     }
-    const std::uint64_t blocks = *c.memory_bytes / token_bytes / t.block_tokens;
+    const std::uint64_t blocks = *c.memory_bytes / token_bytes / t.block_tokens * c.replica_count;
     const auto key = std::make_pair(c.trace, blocks);
     if (offline.count(key) == 0) offline[key] = traces::offline_hit_tokens(index, t.requests, blocks);
     c.offline_hit_rate = prefix_hit_rate(offline[key], prompt);
@@ -70,21 +71,33 @@ void run_point(const run_context& ctx, point& p) {
   sim::eviction_feed feed(&foresight);
   sim::kv_policy_options options = o.policy;
   feed.attach(options);
-  const auto policy = sim::make_kv_policy(o.choice, options);
+  std::vector<std::unique_ptr<sim::kv_policy>> policies;
+  std::vector<sim::kv_policy*> raw;
+  for (std::uint32_t r = 0; r < o.replicas; ++r) {
+    policies.push_back(sim::make_kv_policy(o.choice, options));
+    raw.push_back(policies.back().get());
+  }
   traces::memory_trace_reader reader(trace);
-  sim::step_log log(*policy, false);
-  point_recorder recorder(trace.requests.size());
-  std::vector<sim::replica_observer*> observers{&log, &recorder};
+  sim::step_log log(*policies[0], false);
+  point_recorder recorder(trace.requests.size());  // every replica's requests (ids are the trace's)
+  std::vector<std::vector<sim::replica_observer*>> observers(o.replicas, {&recorder});
+  observers[0].push_back(&log);
   std::unique_ptr<sim::timeseries_writer> timeseries;
-  if (ctx.timeseries_dir) {
+  if (ctx.timeseries_dir) {  // replica 0's (a cluster's replicas each have their own state)
     timeseries = std::make_unique<sim::timeseries_writer>((*ctx.timeseries_dir / (p.id + ".csv")).string());
-    observers.push_back(timeseries.get());
+    observers[0].push_back(timeseries.get());
   }
   sim::replay_config config = o.config;
   feed.attach(config);
-  const sim::replay_summary summary = sim::run_replay(reader, *policy, config, observers);
+  const auto router = o.replicas > 1 ? sim::make_router(o.router, o.router_options) : nullptr;
+  sim::cluster_summary cluster = sim::run_cluster(reader, raw, config, router.get(), observers);
+  const sim::replay_summary& summary = cluster.total;
   // The modelled figures only (the measured VMM block is wall time); wall_seconds apart.
-  p.result = make_replay_result(o, o.policy, *policy, summary, trace.format, log, std::nullopt, false);
+  p.result = make_replay_result(o, o.policy, *policies[0], summary, trace.format, log, std::nullopt, false);
+  if (o.replicas > 1) {
+    p.result.vmm.reset();  // one policy's split is not the cluster's
+    p.cluster = std::move(cluster);
+  }
   p.analysis = analyse_point(trace, ctx.traces.indexes[c.trace], recorder.requests(),
                              sim::policy_sharing(o.choice, o.policy), summary.counters);
   if (timeseries) timeseries->commit();

@@ -26,7 +26,9 @@ struct compare_traces {
 [[nodiscard]] compare_traces load_traces(const experiment& x, const replay_options& first);
 
 /// Fills each cell's bounds: the infinite cache's hit rate, and the offline one at the cell's
-/// budget of `token_bytes` per token (computed once per trace and budget).
+/// budget of `token_bytes` per token (computed once per trace and budget); a cluster's cell gets
+/// the offline bound of one cache holding all its replicas' memory, which no split of that
+/// memory can beat (its own split bound is in each point's "cluster" block).
 void add_bounds(std::vector<cell>& cells, const compare_traces& traces, std::uint64_t token_bytes);
 
 /// Replays every point of `grid` on `jobs` threads, filling its result and analysis; each

@@ -291,8 +291,9 @@ void parse_workload(const po::variables_map& v, const replay_axes& axes, replay_
   o.seed = get<std::uint64_t>(v, "seed");
 }
 
-// Replicas and the router; absent options (compare's table) keep their defaults.
-void parse_cluster(const po::variables_map& v, replay_options& o) {
+}  // namespace
+
+void parse_cluster_options(const po::variables_map& v, replay_options& o) {
   if (v.count("replicas") == 0) return;
   o.replicas = get<std::uint32_t>(v, "replicas");
   if (o.replicas == 0) throw usage_error("--replicas must be at least 1");
@@ -330,7 +331,7 @@ void parse_cluster(const po::variables_map& v, replay_options& o) {
   }
 }
 
-}  // namespace
+namespace {}  // namespace
 
 sim::policy_choice parse_policy_choice(const std::string& policy, const po::variables_map& v) {
   const auto policies = sim::kv_policy_names();
@@ -353,8 +354,28 @@ replay_axes replay_axes_of(const po::variables_map& v) {
   return a;
 }
 
+// Note [The main job's operating point]
+// The bundled excerpt is a fleet's load: at its own rate it offers 1.87x what one H200 serves,
+// and a replay of it there is mostly queueing (TTFT p50 273 s). `vtensor replay` without a trace
+// and without --time-scale replays it at a third of its rate (--time-scale 3), a load one replica
+// serves within ttft_p90<=10s,tpot_p90<=100ms under every policy but static: by the capacity
+// search committed in results/capacity/excerpt.txt (tools/capacity-results.sh) one H200 serves
+// x0.390 of the excerpt's rate under vtensor, x0.361 under paged and radix, x0.365 under
+// vattention, x0.261 under static. The summary's first line says so; --time-scale 1 (or
+// --replicas) asks for the fleet's rate.
 replay_options parse_replay_options(const po::variables_map& v) {
-  return parse_replay_options(v, parse_policy_choice(get<std::string>(v, "policy"), v), replay_axes_of(v));
+  replay_axes axes = replay_axes_of(v);
+  const bool main_job = !axes.trace && v["time-scale"].defaulted();
+  if (main_job) axes.time_scale = k_main_job_time_scale;
+  replay_options o = parse_replay_options(v, parse_policy_choice(get<std::string>(v, "policy"), v), axes);
+  if (main_job) {
+    o.operating_point = fmt::format(
+        "operating point: the bundled excerpt at 1/{:g} of its arrival rate (--time-scale {:g}), a load one H200 "
+        "serves within ttft_p90<=10s,tpot_p90<=100ms (capacity x0.390 under vtensor, x0.361 under paged: "
+        "results/capacity/excerpt.txt); --time-scale 1 replays the fleet's rate",
+        k_main_job_time_scale, k_main_job_time_scale);
+  }
+  return o;
 }
 
 replay_options parse_replay_options(const po::variables_map& v, sim::policy_choice policy, const replay_axes& axes) {
@@ -366,7 +387,7 @@ replay_options parse_replay_options(const po::variables_map& v, sim::policy_choi
   parse_backends(v, o);
   parse_memory(axes, o);
   parse_replica(v, axes, o);
-  parse_cluster(v, o);
+  parse_cluster_options(v, o);
   o.with_wall = !v["no-wall"].as<bool>();
   o.config.replica.measure_wall = o.with_wall;  // the step wall clock is reported only with_wall
   if (v.count("json") != 0) o.json = get<std::string>(v, "json");

@@ -47,6 +47,7 @@ struct replay_options {
   std::uint32_t replicas = 1;                                 // --replicas (sim/cluster.hpp)
   std::string router = "round-robin";                         // --router (sim/router.hpp)
   sim::router_options router_options;                         // --router-* (the seed is --seed)
+  std::optional<std::string> operating_point;                 // the main job's (Note [The main job's operating point])
 
   [[nodiscard]] bool emulate_for(const std::string& backend) const { return emulate_steps.value_or(backend == "cuda"); }
 };
@@ -58,6 +59,10 @@ struct replay_axes {
   std::string kernel_factors = "modern";  // --kernel-factors: a set's name or a file
   std::optional<std::string> trace;       // --trace; nullopt: the bundled excerpt
 };
+
+/// The time scale of `vtensor replay` on the bundled excerpt when neither --trace nor
+/// --time-scale is given (Note [The main job's operating point] in replay_options.cpp).
+inline constexpr double k_main_job_time_scale = 3.0;
 
 /// The bundled Mooncake excerpt (the default trace), wherever vtensor was built or installed.
 /// Throws usage_error when it cannot be found.
@@ -81,6 +86,10 @@ void add_policy_groups(boost::program_options::options_description& into);
 /// sim::option_error (exit 2) for an option the policy does not read or a bad value.
 [[nodiscard]] sim::policy_choice parse_policy_choice(const std::string& policy,
                                                      const boost::program_options::variables_map& v);
+
+/// Replicas and the router of `v` (cluster_options(); absent ones keep their defaults) into `o`,
+/// whose memory and seed are already parsed. Throws usage_error naming the option.
+void parse_cluster_options(const boost::program_options::variables_map& v, replay_options& o);
 
 /// The axes' values given in `v` (replay_option_table()).
 [[nodiscard]] replay_axes replay_axes_of(const boost::program_options::variables_map& v);

@@ -164,6 +164,8 @@ TEST_CASE("replay: the default is the bundled excerpt with Llama-3-8B on an H200
   CHECK(j["config"]["model"] == "llama-3-8b");
   CHECK(j["config"]["gpu"] == "h200");
   CHECK(j["config"]["policy_options"]["layout"] == "token-major");  // Note [Default layout]
+  CHECK(j["config"]["time_scale"] == 3.0);                          // Note [The main job's operating point]
+  CHECK(r.out.rfind("operating point: the bundled excerpt at 1/3 of its arrival rate", 0) == 0);
   // Default memory: the H200's memory minus Llama-3-8B's weights.
   CHECK(j["config"]["memory"].get<std::uint64_t>() == 71'313ull * 2 * 1024 * 1024 - 16'060'000'000ull);
   for (const char* key : {"requests",
@@ -195,6 +197,12 @@ TEST_CASE("replay: the default is the bundled excerpt with Llama-3-8B on an H200
   CHECK(j["ttft_ms"].contains("p99"));
   CHECK(r.out.find("prefix hit rate") != std::string::npos);
   CHECK(r.err.empty());  // no progress line when stderr is not a terminal
+
+  // A trace or a time scale given: the run is the user's, no operating point is chosen.
+  const auto given = run({"replay", "--max-requests", "50", "--time-scale", "1", "--json", json.string()});
+  REQUIRE_MESSAGE(given.code == 0, given.err);
+  CHECK(nlohmann::json::parse(slurp(json))["config"]["time_scale"] == 1.0);
+  CHECK(given.out.find("operating point") == std::string::npos);
 }
 
 TEST_CASE("replay: bad options and bad input exit 2 and write nothing") {
