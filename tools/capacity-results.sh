@@ -5,6 +5,8 @@
 # [Capacity search] in tools/capacity.cpp). The objectives are stated per trace: Mooncake's
 # prompts (up to 100k tokens) take seconds to prefill even alone, so its TTFT limit is 10 s;
 # so does the bundled excerpt; the Azure conversation trace and a gen-trace multi-turn trace get 2 s.
+# Each search's probes also give the figure of goodput (the share of requests within the limits)
+# against load per arm (NAME-goodput.png, tools/capacity_figure.py, Debian's python3-matplotlib).
 # Usage: tools/capacity-results.sh [BINARY] [OUT_DIR] [JOBS]   (defaults: build/bin/vtensor results/capacity 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,7 @@ run() {  # run NAME ARGS...: one search into $root/NAME.txt and NAME.json
   shift
   echo "== $name: $bin capacity $*" >&2
   "$bin" capacity "$@" "${five[@]}" --tolerance 0.02 --jobs "$jobs" --no-wall --json "$root/$name.json" >"$root/$name.txt"
+  /usr/bin/python3 tools/capacity_figure.py "$root/$name.json" "$root/$name-goodput.png"
 }
 run mooncake traces/data/mooncake_conversation_trace.jsonl --slo 'ttft_p90<=10s,tpot_p90<=100ms'
 # The bundled excerpt, whose vtensor and paged capacities set the main job's operating point

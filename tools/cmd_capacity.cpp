@@ -42,6 +42,9 @@ po::options_description capacity_table() {
       "slo", po::value<std::string>(),
       "the objective, every clause at most its limit: e.g. 'ttft_p90<=5s,tpot_p99<=100ms' (metrics ttft, tpot, "
       "e2e; quantiles p50, p90, p99; units s, ms, us)")(
+      "goodput", po::value<double>(),
+      "FRACTION: meet the objective by goodput instead: at least this share of the requests each within every "
+      "clause's limit (its quantile ignored; the smallest limit of a metric), e.g. 0.9")(
       "tolerance", po::value<double>()->default_value(0.05),
       "stop when the lightest failing load is within this fraction of the heaviest met one")(
       "max-load", po::value<double>()->default_value(64), "the heaviest load tried, x the trace's arrival rate")(
@@ -62,6 +65,16 @@ struct search {
   nlohmann::ordered_json at_capacity;  // the met probe's figures
 };
 
+// The per-request limits of `objective`: each metric's smallest limit.
+request_limits limits_of(const slo& objective) {
+  request_limits l;
+  for (const slo_clause& c : objective.clauses) {
+    double& limit = c.metric == "ttft" ? l.ttft_ms : c.metric == "tpot" ? l.tpot_ms : l.e2e_ms;
+    limit = std::min(limit, c.limit_ms);
+  }
+  return l;
+}
+
 std::string format_ms(double ms) {
   return ms < 1000 ? fmt::format("{:.1f} ms", ms) : fmt::format("{:.2f} s", ms / 1e3);
 }
@@ -74,7 +87,8 @@ std::string cell_name(const experiment& x, const search& s) {
 
 // Replays the probes of every search still open, round after round.
 void run_searches(const experiment& x, const std::vector<std::string>& shared, const slo& objective,
-                  std::vector<search>& searches, unsigned jobs, const cli_streams& io) {
+                  std::optional<double> goodput, std::vector<search>& searches, unsigned jobs, const cli_streams& io) {
+  const request_limits limits = limits_of(objective);
   std::optional<compare_traces> traces;
   for (;;) {
     std::vector<probe> probes;
@@ -91,14 +105,16 @@ void run_searches(const experiment& x, const std::vector<std::string>& shared, c
     if (probes.empty()) return;
     compare_grid g = make_probe_grid(x, shared, probes);
     if (!traces) traces = load_traces(x, g.points.front().options);
-    run_points(g, *traces, std::nullopt, jobs, io);
+    run_points(g, *traces, std::nullopt, jobs, io, limits);
     for (std::size_t j = 0; j < probes.size(); ++j) {
       search& s = searches[owners[j]];
       const sim::replay_summary& r = g.points[j].result.summary;
-      const bool met = objective.met(r);
+      const double good = g.points[j].goodput.value_or(0.0);
+      const bool met = goodput ? good >= *goodput : objective.met(r);
       s.bracket.record(loads[j], met);
       nlohmann::ordered_json p = {{"load", loads[j]}, {"time_scale", probes[j].time_scale}, {"met", met}};
       for (const slo_clause& c : objective.clauses) p[c.metric + "_" + c.quantile + "_ms"] = slo::value(c, r);
+      p["goodput"] = good;
       p["completed"] = r.counters.completed;
       p["rejected"] = r.rejected();
       p["throughput_tokens_per_s"] = r.throughput_tokens_per_s();
@@ -112,6 +128,11 @@ void run_searches(const experiment& x, const std::vector<std::string>& shared, c
 int run_capacity(const po::variables_map& v, const std::vector<std::string>& shared, const cli_streams& given) {
   if (v.count("slo") == 0) throw usage_error("--slo is required, e.g. --slo 'ttft_p90<=5s,tpot_p99<=100ms'");
   const slo objective = parse_slo(v["slo"].as<std::string>());
+  std::optional<double> goodput;
+  if (v.count("goodput") != 0) {
+    goodput = v["goodput"].as<double>();
+    if (!(*goodput > 0 && *goodput <= 1)) throw usage_error("--goodput must be a fraction in (0, 1]");
+  }
   capacity_search bounds;
   bounds.tolerance = v["tolerance"].as<double>();
   bounds.min_load = v["min-load"].as<double>();
@@ -138,7 +159,7 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
     }
   }
   const auto wall_start = std::chrono::steady_clock::now();
-  run_searches(x, shared, objective, searches, jobs, io);
+  run_searches(x, shared, objective, goodput, searches, jobs, io);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
   std::size_t base = 0;
@@ -147,18 +168,23 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
   }
   std::vector<std::string> clause_texts;
   for (const slo_clause& c : objective.clauses) clause_texts.push_back(c.text);
+  const std::string what =
+      goodput ? fmt::format("goodput >= {} within {} (each request)", *goodput, fmt::join(clause_texts, ", "))
+              : fmt::format("{}", fmt::join(clause_texts, ", "));
   io.out << fmt::format(
       "objective: {}; load = the trace's arrival rate x L (replay --time-scale 1/L), searched in [{}, {}] to {}%\n",
-      fmt::join(clause_texts, ", "), bounds.min_load, bounds.max_load, bounds.tolerance * 100);
+      what, bounds.min_load, bounds.max_load, bounds.tolerance * 100);
   nlohmann::ordered_json out = {{"command", "capacity"},         {"slo", clause_texts},
                                 {"tolerance", bounds.tolerance}, {"min_load", bounds.min_load},
                                 {"max_load", bounds.max_load},   {"baseline", x.baseline}};
+  out["goodput"] = goodput ? nlohmann::ordered_json(*goodput) : nlohmann::ordered_json(nullptr);
   nlohmann::ordered_json cells = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < searches.size(); i += x.arms.size()) {
     const search& first = searches[i];
     io.out << "\n== " << cell_name(x, first) << "\n";
     std::string header = fmt::format("{:<16}{:>14}{:>13}{:>9}", "arm", "capacity", "vs baseline", "replays");
     for (const slo_clause& c : objective.clauses) header += fmt::format("{:>16}", c.metric + "_" + c.quantile);
+    header += fmt::format("{:>10}", "goodput");
     io.out << header << "   (at capacity)\n";
     const search& b = searches[i + base];
     nlohmann::ordered_json arms = nlohmann::ordered_json::array();
@@ -174,6 +200,9 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
         const std::string key = c.metric + "_" + c.quantile + "_ms";
         line += fmt::format("{:>16}", s.at_capacity.contains(key) ? format_ms(s.at_capacity[key].get<double>()) : "-");
       }
+      line += fmt::format("{:>10}", s.at_capacity.contains("goodput")
+                                        ? fmt::format("{:.3f}", s.at_capacity["goodput"].get<double>())
+                                        : "-");
       io.out << line << "\n";
       nlohmann::ordered_json j = {{"arm", x.arms[a].name}, {"status", status}};
       j["capacity"] = s.bracket.met ? nlohmann::ordered_json(*s.bracket.met) : nlohmann::ordered_json(nullptr);

@@ -78,6 +78,7 @@ struct point {
   replay_result result;                         ///< the replay (modelled figures only; wall_seconds kept apart)
   point_analysis analysis;                      ///< why tokens missed, histograms, quantiles
   std::optional<sim::cluster_summary> cluster;  ///< more than one replica: the cluster's figures
+  std::optional<double> goodput;                ///< share of requests within the run's request limits, if any
   [[nodiscard]] double hit_rate() const { return result.summary.hit_rate(); }
 };
 

@@ -59,6 +59,7 @@ struct run_context {
   const compare_traces& traces;
   const std::vector<cell>& cells;
   const std::optional<std::filesystem::path>& timeseries_dir;
+  const std::optional<request_limits>& limits;
 };
 
 void run_point(const run_context& ctx, point& p) {
@@ -98,6 +99,7 @@ void run_point(const run_context& ctx, point& p) {
     p.result.vmm.reset();  // one policy's split is not the cluster's
     p.cluster = std::move(cluster);
   }
+  if (ctx.limits) p.goodput = goodput_share(recorder.requests(), *ctx.limits);
   p.analysis = analyse_point(trace, ctx.traces.indexes[c.trace], recorder.requests(),
                              sim::policy_sharing(o.choice, o.policy), summary.counters);
   if (timeseries) timeseries->commit();
@@ -105,10 +107,25 @@ void run_point(const run_context& ctx, point& p) {
 
 }  // namespace
 
+double goodput_share(const std::vector<request_times>& times, const request_limits& limits) {
+  if (times.empty()) return 0.0;
+  std::uint64_t good = 0;
+  for (const request_times& t : times) {
+    if (t.rejected || t.first_token == k_never || t.finish == k_never) continue;
+    const double ttft = static_cast<double>(t.first_token - t.arrival) / 1e3;
+    const double e2e = static_cast<double>(t.finish - t.arrival) / 1e3;
+    const double tpot =
+        t.output_tokens >= 2 ? static_cast<double>(t.finish - t.first_token) / 1e3 / (t.output_tokens - 1) : 0.0;
+    if (ttft <= limits.ttft_ms && tpot <= limits.tpot_ms && e2e <= limits.e2e_ms) ++good;
+  }
+  return static_cast<double>(good) / static_cast<double>(times.size());
+}
+
 // Runs every point on `jobs` threads; the first failure stops the others and is rethrown.
 void run_points(compare_grid& grid, const compare_traces& traces,
-                const std::optional<std::filesystem::path>& timeseries_dir, unsigned jobs, const cli_streams& io) {
-  const run_context ctx{traces, grid.cells, timeseries_dir};
+                const std::optional<std::filesystem::path>& timeseries_dir, unsigned jobs, const cli_streams& io,
+                const std::optional<request_limits>& limits) {
+  const run_context ctx{traces, grid.cells, timeseries_dir, limits};
   std::vector<point>& points = grid.points;
   const bool tty = &io.err == &std::cerr && isatty(STDERR_FILENO) == 1;
   const auto start = std::chrono::steady_clock::now();

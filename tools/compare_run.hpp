@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -31,10 +32,23 @@ struct compare_traces {
 /// memory can beat (its own split bound is in each point's "cluster" block).
 void add_bounds(std::vector<cell>& cells, const compare_traces& traces, std::uint64_t token_bytes);
 
-/// Replays every point of `grid` on `jobs` threads, filling its result and analysis; each
-/// point's time series goes to `timeseries_dir`/ID.csv when given. A progress line goes to a
-/// terminal's io.err. The first failure stops the others and is rethrown.
+/// Per-request latency limits, milliseconds (infinity: no limit): a request is good when it
+/// completed within every one (TPOT: outputs of 2 tokens or more).
+struct request_limits {
+  double ttft_ms = std::numeric_limits<double>::infinity();
+  double tpot_ms = std::numeric_limits<double>::infinity();
+  double e2e_ms = std::numeric_limits<double>::infinity();
+};
+
+/// The share of `times`' requests that are good under `limits` (a rejected one is not; 0 for none).
+[[nodiscard]] double goodput_share(const std::vector<request_times>& times, const request_limits& limits);
+
+/// Replays every point of `grid` on `jobs` threads, filling its result and analysis (and its
+/// goodput under `limits` when given); each point's time series goes to `timeseries_dir`/ID.csv
+/// when given. A progress line goes to a terminal's io.err. The first failure stops the others
+/// and is rethrown.
 void run_points(compare_grid& grid, const compare_traces& traces,
-                const std::optional<std::filesystem::path>& timeseries_dir, unsigned jobs, const cli_streams& io);
+                const std::optional<std::filesystem::path>& timeseries_dir, unsigned jobs, const cli_streams& io,
+                const std::optional<request_limits>& limits = std::nullopt);
 
 }  // namespace vtensor::tools

@@ -52,9 +52,9 @@ TEST_CASE("compare --replicas: a cell per replica count, each arm behind its rou
   }
 
   // The one-replica cell is the comparison without the axis, figure for figure.
-  const auto one = run_cli({"compare", "--max-requests", "300", "--arm", "vt=vtensor --router prefix-precise", "--arm",
-                            "paged=paged --router round-robin", "--jobs", "2", "--no-wall", "--json",
-                            (dir / "one.json").string()});
+  const auto one =
+      run_cli({"compare", "--max-requests", "300", "--arm", "vt=vtensor --router prefix-precise", "--arm",
+               "paged=paged --router round-robin", "--jobs", "2", "--no-wall", "--json", (dir / "one.json").string()});
   REQUIRE_MESSAGE(one.code == 0, one.err);
   const auto k = read_json(dir / "one.json");
   REQUIRE(k["points"].size() == 2);
@@ -99,4 +99,37 @@ TEST_CASE("capacity: on the excerpt two replicas behind a router serve more load
   const double one = j["cells"][0]["arms"][0]["capacity"].get<double>();
   const double two = j["cells"][1]["arms"][0]["capacity"].get<double>();
   CHECK(two > one * 1.2);
+}
+
+TEST_CASE("capacity: on the excerpt with --goodput the objective is the share of requests within the limits") {
+  const auto dir = vtensor::testing::scratch_dir("capacity_goodput");
+  std::filesystem::create_directories(dir);
+  const auto r = run_cli({"capacity", "--max-requests", "150", "--arm", "vt=vtensor", "--slo",
+                          "ttft_p90<=10s,ttft_p50<=5s,tpot_p90<=100ms", "--goodput", "0.8", "--tolerance", "0.2",
+                          "--jobs", "2", "--no-wall", "--json", (dir / "g.json").string()});
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.out.find("objective: goodput >= 0.8 within") != std::string::npos);
+  const auto j = read_json(dir / "g.json");
+  CHECK(j["goodput"] == 0.8);
+  const auto& arm = j["cells"][0]["arms"][0];
+  REQUIRE(arm["status"] == "found");
+  for (const auto& p : arm["probes"]) {
+    const double g = p["goodput"].get<double>();
+    CHECK(g >= 0.0);
+    CHECK(g <= 1.0);
+    CHECK(p["met"].get<bool>() == (g >= 0.8));  // the quantile clauses do not decide
+  }
+  // Without --goodput the probes still carry it, and the quantiles decide.
+  const auto q = run_cli({"capacity", "--max-requests", "150", "--arm", "vt=vtensor", "--slo", "ttft_p90<=10s",
+                          "--tolerance", "0.2", "--jobs", "2", "--no-wall", "--json", (dir / "q.json").string()});
+  REQUIRE_MESSAGE(q.code == 0, q.err);
+  for (const auto& p : read_json(dir / "q.json")["cells"][0]["arms"][0]["probes"]) {
+    CHECK(p.contains("goodput"));
+    CHECK(p["met"].get<bool>() == (p["ttft_p90_ms"].get<double>() <= 10000));
+  }
+  for (const char* bad : {"0", "1.5", "-0.1"}) {
+    const auto b = run_cli({"capacity", "--arm", "v=vtensor", "--slo", "ttft_p90<=5s", "--goodput", bad});
+    CHECK(b.code == 2);
+    CHECK(b.err.find("--goodput must be a fraction in (0, 1]") != std::string::npos);
+  }
 }
