@@ -19,7 +19,8 @@
 #      mapping worker, admissions mapped beside a step (the doctest suite `threads`), and
 #      concurrent manager callers;
 #   5. every libFuzzer harness for FUZZ_SECONDS (default 30) each (tools/fuzz.sh); its clang build
-#      also checks the thread-safety annotations (core/thread_annotations.hpp): a violation fails it.
+#      also checks the thread-safety annotations (core/thread_annotations.hpp): a violation fails it,
+#      and keeps line tables only (-g1), as the sanitizer builds do.
 # Stages after the first failure do not run; the exit code is the failing stage's. Set
 # VTENSOR_TEST_STAGES to a subset of "release asan tsan fuzz" to run fewer (default: all).
 set -euo pipefail
