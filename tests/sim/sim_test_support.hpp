@@ -36,7 +36,10 @@ inline std::string write_trace(const std::string& name, const std::vector<std::s
 inline std::string mooncake_line(std::uint64_t timestamp_ms, std::uint32_t input, std::uint32_t output,
                                  std::uint64_t first_key) {
   std::string keys;
-  for (std::uint32_t i = 0; i * 512 < input; ++i) keys += (i == 0 ? "" : ", ") + std::to_string(first_key + i);
+  for (std::uint32_t i = 0; i * 512 < input; ++i) {
+    if (i != 0) keys += ", ";  // appended apart: GCC 12 warns falsely (-Wstringop-overflow) on "" + string
+    keys += std::to_string(first_key + i);
+  }
   return "{\"timestamp\": " + std::to_string(timestamp_ms) + ", \"input_length\": " + std::to_string(input) +
          ", \"output_length\": " + std::to_string(output) + ", \"hash_ids\": [" + keys + "]}";
 }
