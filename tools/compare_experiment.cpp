@@ -373,11 +373,8 @@ point make_point(const experiment& x, const po::variables_map& settings, std::si
   // The cell's replicas behind the arm's router (parsed as replay parses them, after the memory).
   std::vector<std::string> tokens = x.arms[a].router;
   tokens.insert(tokens.end(), {"--replicas", std::to_string(x.replicas[c.replicas])});
-  tokens.insert(tokens.end(), {"--seed", std::to_string(p.options.seed)});
-  po::options_description table = cluster_options();
-  table.add_options()("seed", po::value<std::uint64_t>());
-  po::variables_map v;
-  po::store(po::command_line_parser(tokens).options(table).run(), v);
+  po::variables_map v;  // the router's seed is the point's (parse_cluster_options reads it there)
+  po::store(po::command_line_parser(tokens).options(cluster_options()).run(), v);
   po::notify(v);
   try {
     parse_cluster_options(v, p.options);

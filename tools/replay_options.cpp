@@ -331,8 +331,6 @@ void parse_cluster_options(const po::variables_map& v, replay_options& o) {
   }
 }
 
-namespace {}  // namespace
-
 sim::policy_choice parse_policy_choice(const std::string& policy, const po::variables_map& v) {
   const auto policies = sim::kv_policy_names();
   if (std::find(policies.begin(), policies.end(), policy) == policies.end()) {

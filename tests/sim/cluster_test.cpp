@@ -366,8 +366,8 @@ TEST_CASE("kv_policy: cached_tokens is what the next admission hits, and reading
 TEST_CASE("replay --replicas: the cluster's block in the JSON and the text, and its bad inputs") {
   const auto json = temp_file("cluster_cli.json");
   // 40 requests: the replay runs in the ASan stage too, where 200 over 4 replicas took 203 s.
-  auto r = vtensor::testing::run_cli({"replay", "--max-requests", "40", "--replicas", "4", "--router",
-                                      "prefix-precise", "--no-wall", "--json", json.string()});
+  auto r = vtensor::testing::run_cli({"replay", "--max-requests", "40", "--replicas", "4", "--router", "prefix-precise",
+                                      "--no-wall", "--json", json.string()});
   REQUIRE_MESSAGE(r.code == 0, r.err);
   CHECK(r.out.find("cluster: 4 replicas") != std::string::npos);
   CHECK(r.out.find("routing decisions: longest-prefix") != std::string::npos);
