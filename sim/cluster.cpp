@@ -146,6 +146,41 @@ replay_summary merge(const std::vector<replica_figures>& parts, std::vector<std:
   return t;
 }
 
+// The prefix bounds of a cluster (Note [Cluster figures]): one infinite cache for the whole
+// cluster, and one per replica fed what the router sent it. A replica's cache holds a subset of
+// the global one's prefixes, so it is kept as a bit per global prefix node (the node ids serve()
+// hands back) rather than as a trie of its own: one hash walk a request instead of two, and the
+// same figures (a prefix is in a replica's cache exactly when a request sent there held it).
+class cluster_bounds {
+ public:
+  explicit cluster_bounds(std::size_t replicas) : seen_(replicas), hits_(replicas, 0) {}
+  // Serves `r`, sent to `replica`, from both bounds.
+  void serve(const traces::trace_request& r, std::size_t replica) {
+    global_hits_ += global_.serve(r, nodes_);
+    std::vector<std::uint64_t>& seen = seen_[replica];
+    if (seen.size() * 64 <= global_.cached_blocks()) seen.resize(global_.cached_blocks() / 64 + 1 + seen.size() / 2);
+    std::uint64_t matched = 0;
+    bool missed = false;
+    for (const std::uint32_t node : nodes_) {
+      std::uint64_t& word = seen[node / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (node % 64);
+      missed = missed || (word & bit) == 0;
+      if (!missed) ++matched;
+      word |= bit;
+    }
+    if (r.input_tokens > 0) hits_[replica] += std::min<std::uint64_t>(matched * r.block_tokens, r.input_tokens - 1u);
+  }
+  [[nodiscard]] std::uint64_t global_hits() const { return global_hits_; }
+  [[nodiscard]] std::uint64_t replica_hits(std::size_t i) const { return hits_[i]; }
+
+ private:
+  traces::infinite_prefix_cache global_;
+  std::vector<std::vector<std::uint64_t>> seen_;  // per replica, a bit per global node
+  std::vector<std::uint64_t> hits_;
+  std::uint64_t global_hits_ = 0;
+  std::vector<std::uint32_t> nodes_;  // the request being served's
+};
+
 // What the router reads: the replicas' loads, and their caches for the request being placed.
 class replicas_view final : public cluster_view {
  public:
@@ -189,6 +224,20 @@ double cluster_summary::queued_imbalance() const {
   return max_over_mean(v);
 }
 
+// Note [Replicas between arrivals]
+// Between two arrivals the replicas of a cluster do not touch one another: a router acts only when
+// a request arrives, each replica has its own policy, memory and step loop, and the observers a
+// replica feeds are its own or key what they keep by request. So a replica's stretch of decode
+// steps (Note [Steps run in a stretch] in replica.cpp) may run up to the next arrival whatever the
+// other replicas have queued before it; stopping it at their step ends, as the queue's next event
+// would, cut a cluster's stretches to a step or two and cost a whole-Mooncake replay at 8
+// replicas a third of its time. The figures are the same either way: at an arrival every replica
+// has run exactly the steps that began before it, which is what the router reads; and the events
+// a stretch leaves (its last step's end) fall after the arrival that stopped it in the queue's
+// order, as they would without the stretch, since that arrival was queued before the stretch
+// began. The one state the replicas share, the eviction orders' clock (sim/eviction_feed.hpp),
+// each replica puts back as its own last step left it before it calls its policy at a step's end.
+
 cluster_summary run_cluster(traces::trace_reader& reader, std::span<kv_policy* const> policies,
                             const replay_config& config, router* route,
                             std::span<const std::vector<replica_observer*>> observers) {
@@ -219,15 +268,13 @@ cluster_summary run_cluster(traces::trace_reader& reader, std::span<kv_policy* c
   cluster_summary c;
   std::vector<std::uint64_t> decisions;
   std::vector<std::string_view> reasons;
-  std::vector<traces::infinite_prefix_cache> bounds;  // more than one replica: one per replica, then the global one
+  cluster_bounds bounds(n > 1 ? n : 0);  // more than one replica only
   if (n > 1) {
     c.router = std::string(route->name());
     c.router_options = route->describe();
     reasons = route->reasons();
     decisions.assign(reasons.size(), 0);
-    bounds.resize(n + 1);
   }
-  std::vector<std::uint64_t> bound_hits(n + 1, 0);
   replicas_view view(reps, policies);
   std::vector<token_block> blocks;  // the routed request's
   std::vector<char> arrived(n, 0);
@@ -261,10 +308,14 @@ cluster_summary run_cluster(traces::trace_reader& reader, std::span<kv_policy* c
       throw std::logic_error(fmt::format("router {} gave an unlisted reason '{}'", route->name(), choice.reason));
     }
     ++decisions[static_cast<std::size_t>(reason - reasons.begin())];
-    bound_hits[choice.replica] += bounds[choice.replica].serve(next);
-    bound_hits[n] += bounds[n].serve(next);
+    bounds.serve(next, choice.replica);
     return choice.replica;
   };
+  // Note [Replicas between arrivals]
+  time_us next_arrival = std::numeric_limits<time_us>::max();
+  if (n > 1) {
+    for (auto& r : reps) r->set_horizon(&next_arrival);
+  }
   std::function<void()> arrive = [&] {
     const time_us now = queue.now();
     if (read == 1) first_arrival = now;
@@ -280,9 +331,13 @@ cluster_summary run_cluster(traces::trace_reader& reader, std::span<kv_policy* c
       if (arrived[i] != 0) reps[i]->kick();
       arrived[i] = 0;
     }
-    if (more) queue.schedule_at(scaled(next.arrival_us), arrive);
+    next_arrival = more ? scaled(next.arrival_us) : std::numeric_limits<time_us>::max();
+    if (more) queue.schedule_at(next_arrival, arrive);
   };
-  if (read_next()) queue.schedule_at(scaled(next.arrival_us), arrive);
+  if (read_next()) {
+    next_arrival = scaled(next.arrival_us);
+    queue.schedule_at(next_arrival, arrive);
+  }
 
   double last_progress = 0;
   std::uint64_t events = 0;
@@ -318,7 +373,7 @@ cluster_summary run_cluster(traces::trace_reader& reader, std::span<kv_policy* c
     replica_figures f;
     f.summary = summarize(*reps[i], *policies[i], first_arrival, last_arrival, queue.now(), events, wall_start);
     f.mean_queued_tokens = reps[i]->mean_queued_tokens();
-    f.bound_hit_tokens = bound_hits[i];
+    f.bound_hit_tokens = n > 1 ? bounds.replica_hits(i) : 0;
     c.replicas.push_back(std::move(f));
   }
   if (n == 1) {
@@ -330,7 +385,7 @@ cluster_summary run_cluster(traces::trace_reader& reader, std::span<kv_policy* c
     c.total.simulated_seconds = static_cast<double>(queue.now()) / 1e6;
     c.total.events = events;
     c.total.wall_seconds = wall();
-    c.global_bound_hit_tokens = bound_hits[n];
+    c.global_bound_hit_tokens = bounds.global_hits();
     for (std::size_t k = 0; k < reasons.size(); ++k) c.decisions.emplace_back(std::string(reasons[k]), decisions[k]);
   }
   return c;

@@ -209,7 +209,7 @@ void replica::admit_waiting(std::uint32_t& budget) {
       if (!policy_.admits_late(req, sim_us{r.arrival})) break;  // Note [Late admission]
       req.late_arrival = sim_us{r.arrival};
     }
-    if (config_.order_clock != nullptr) config_.order_clock->next_request = r.id;
+    if (config_.order_clock != nullptr) config_.order_clock->next_request = clock_.next_request = r.id;
     const kv_admit_result a = policy_.admit(req);
     if (!a.admitted) {
       if (running_.empty()) {
@@ -244,7 +244,8 @@ void replica::admit_waiting(std::uint32_t& budget) {
 // The start of every step, and of each step of a stretch (which continues one).
 void replica::open_step(time_us at, bool continuing) {
   if (config_.measure_wall) step_wall_start_ = std::chrono::steady_clock::now();
-  if (config_.order_clock != nullptr) config_.order_clock->seconds = static_cast<double>(at) / 1e6;
+  clock_.seconds = static_cast<double>(at) / 1e6;
+  if (config_.order_clock != nullptr) config_.order_clock->seconds = clock_.seconds;
   policy_.advance_to(sim_us{at});
   pipelined_ = config_.pipeline && continuing;
 }
@@ -436,7 +437,7 @@ time_us replica::run_stretch(time_us end, step_work work, step_cost cost, const 
     if (!e.decode || !e.r->has_first_token) return end;
     to_first_finish = std::min<std::uint64_t>(to_first_finish, e.r->output - e.r->generated);
   }
-  if (to_first_finish < 2 || queue_.next_at() <= end) return end;
+  if (to_first_finish < 2 || horizon() <= end) return end;
   const std::uint64_t rounds = round_.rounds_in_place();
   if (rounds == 0) return end;
   const sim_ns vmm_before = policy_.vmm_time();
@@ -448,7 +449,7 @@ time_us replica::run_stretch(time_us end, step_work work, step_cost cost, const 
   std::uint32_t steps = 0;
   step_record rec;  // what price_step() leaves alone is the same in every step of a stretch
   rec.chunks_created = last_chunks_created_;
-  for (std::uint64_t j = 1; j < to_first_finish && j <= rounds && queue_.next_at() > end; ++j) {
+  for (std::uint64_t j = 1; j < to_first_finish && j <= rounds && horizon() > end; ++j) {
     // The end of step j - 1, as end_step() runs it when no request finishes.
     ++steps;
     counters_.output_tokens += decoders;
@@ -511,6 +512,9 @@ void replica::finish(live_request& r) {
 
 void replica::end_step() {
   const time_us now = queue_.now();
+  // The clock as this replica's last step left it (a cluster's replicas share one: Note [Replicas
+  // between arrivals] in cluster.cpp).
+  if (config_.order_clock != nullptr) *config_.order_clock = clock_;
   policy_.advance_to(sim_us{now});
   bool any_done = false;
   for (const batch_entry& e : batch_) {

@@ -265,6 +265,11 @@ class replica {
   [[nodiscard]] std::vector<std::uint64_t>& queue_us() { return queue_us_; }
   /// Closes the state tracker at queue.now().
   void close();
+  /// Makes `*next_arrival` (the time of the next event that may change this replica or read it,
+  /// kept by the caller) the end of a stretch of decode steps, in place of the queue's next event:
+  /// a cluster's other replicas' steps do not stop this one's (Note [Replicas between arrivals]
+  /// in cluster.cpp). Null: the queue's next event.
+  void set_horizon(const time_us* next_arrival) { horizon_ = next_arrival; }
   /// What a router reads now (a walk of the running requests, at most max_running).
   [[nodiscard]] replica_load load() const;
   /// Queued tokens (replica_load::queued_tokens) averaged over time, from the first arrival to
@@ -312,6 +317,8 @@ class replica {
   void close_step();  // checks and wall time at the end of a step (end_step(), run_stretch())
   void emit(const request_record& rec);
   void queue_changed(std::int64_t tokens);  // waiting_ gained (or lost) `tokens` queued tokens now
+  // Where a stretch must stop (set_horizon()).
+  [[nodiscard]] time_us horizon() const { return horizon_ != nullptr ? *horizon_ : queue_.next_at(); }
 
   event_queue& queue_;
   kv_policy& policy_;
@@ -336,6 +343,8 @@ class replica {
   bool pipelined_ = false;                                 // this step's admissions are pipelined
   time_us last_step_start_ = 0;                            // when the previous step began
   std::chrono::steady_clock::time_point step_wall_start_;  // measured only, never decides
+  const time_us* horizon_ = nullptr;                       // set_horizon()
+  eviction_clock clock_;                                   // what this replica last wrote to config_.order_clock
   replica_counters counters_;
   state_tracker tracker_;
   std::vector<std::uint64_t> ttft_us_, tpot_us_, e2e_us_, queue_us_;

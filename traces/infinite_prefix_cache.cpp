@@ -51,7 +51,8 @@ std::size_t infinite_prefix_cache::match_blocks(std::span<const std::uint64_t> k
   return matched;
 }
 
-std::uint64_t infinite_prefix_cache::serve(const trace_request& request) {
+template <typename OnNode>
+std::uint64_t infinite_prefix_cache::serve_each(const trace_request& request, OnNode on_node) {
   std::uint32_t node = 0;
   std::uint64_t matched = 0;
   bool missed = false;
@@ -66,9 +67,19 @@ std::uint64_t infinite_prefix_cache::serve(const trace_request& request) {
       ++matched;
     }
     node = entry.child;
+    on_node(node);
   }
   if (request.input_tokens == 0) return 0;
   return std::min<std::uint64_t>(matched * request.block_tokens, request.input_tokens - 1u);
+}
+
+std::uint64_t infinite_prefix_cache::serve(const trace_request& request) {
+  return serve_each(request, [](std::uint32_t) {});
+}
+
+std::uint64_t infinite_prefix_cache::serve(const trace_request& request, std::vector<std::uint32_t>& nodes) {
+  nodes.clear();
+  return serve_each(request, [&nodes](std::uint32_t node) { nodes.push_back(node); });
 }
 
 }  // namespace vtensor::traces

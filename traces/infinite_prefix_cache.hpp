@@ -26,6 +26,10 @@ class infinite_prefix_cache {
 
   /// Prompt tokens of `request` served from the cache; then caches all its blocks.
   [[nodiscard]] std::uint64_t serve(const trace_request& request);
+  /// As serve(), and `nodes` gets each block's node: the id of the prefix it ends (1 to
+  /// cached_blocks(), equal for equal prefixes), with which a caller keeps its own subsets of
+  /// this cache (the split bound of a cluster: sim/cluster.cpp).
+  [[nodiscard]] std::uint64_t serve(const trace_request& request, std::vector<std::uint32_t>& nodes);
 
   /// Leading blocks of `keys` already cached (nothing is inserted).
   [[nodiscard]] std::size_t match_blocks(std::span<const std::uint64_t> keys) const noexcept;
@@ -42,6 +46,8 @@ class infinite_prefix_cache {
 
   [[nodiscard]] std::size_t find_slot(std::uint32_t parent, std::uint64_t key) const noexcept;
   void grow();
+  template <typename OnNode>
+  std::uint64_t serve_each(const trace_request& request, OnNode on_node);  // serve(), each block's node to on_node
 
   std::vector<slot> slots_;
   std::uint64_t size_ = 0;

@@ -19,6 +19,7 @@
 #include "sim/router.hpp"
 #include "tests/sim/sim_test_support.hpp"
 #include "tests/support/cli_run.hpp"
+#include "traces/infinite_prefix_cache.hpp"
 
 using namespace vtensor;
 using namespace vtensor::sim_testing;
@@ -167,6 +168,51 @@ TEST_CASE("cluster: under round-robin a replica is the replay of its share of th
     CHECK(a.final_memory.memory == b.final_memory.memory);
     CHECK(a.final_memory.evictions == b.final_memory.evictions);
   }
+}
+
+TEST_CASE("cluster: a replica's stretches of decode steps run past the other replicas' steps") {
+  // Note [Replicas between arrivals]: every request arrives at 0, so after the arrivals nothing
+  // but finishes ends a stretch: round-robin replica 0 of 2 runs the stretches its share runs
+  // alone, although replica 1's steps end in between (they stopped them before).
+  std::vector<std::string> all, share;
+  for (int i = 0; i < 8; ++i) {
+    const auto line = mooncake_line(0, 600 + 131 * i, 40 + 9 * i, static_cast<std::uint64_t>(i) * 100 + 1);
+    all.push_back(line);
+    if (i % 2 == 0) share.push_back(line);
+  }
+  const std::string whole = write_trace("cluster_stretch_all.jsonl", all);
+  const std::string part = write_trace("cluster_stretch_share.jsonl", share);
+  const auto run = run_cluster_of(whole, "paged", 2, "round-robin", 2ULL << 30);
+  const auto alone = run_cluster_of(part, "paged", 1, "", 2ULL << 30);
+  const sim::replica_counters& a = run.summary.replicas[0].summary.counters;
+  const sim::replica_counters& b = alone.summary.total.counters;
+  CHECK(b.stretch_steps > b.steps / 2);
+  CHECK(a.stretch_steps == b.stretch_steps);
+  CHECK(a.steps == b.steps);
+  CHECK(a.busy_us == b.busy_us);
+}
+
+TEST_CASE(
+    "cluster: the split bound is each replica's infinite cache of what it was sent, the global one the whole trace's") {
+  const std::string path = conversation_trace("cluster_bounds.jsonl", 5, 4);
+  const auto run = run_cluster_of(path, "paged", 3, "round-robin", 2ULL << 30);
+  std::vector<traces::infinite_prefix_cache> caches(3);
+  traces::infinite_prefix_cache global;
+  std::vector<std::uint64_t> hits(3, 0);
+  std::uint64_t global_hits = 0;
+  auto reader = traces::open_trace(path, std::nullopt);
+  traces::trace_request r;
+  for (std::size_t i = 0; reader->next(r); ++i) {
+    hits[i % 3] += caches[i % 3].serve(r);
+    global_hits += global.serve(r);
+  }
+  CHECK(global_hits > 0);
+  CHECK(run.summary.global_bound_hit_tokens == global_hits);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(run.summary.replicas[i].bound_hit_tokens == hits[i]);
+  }
+  CHECK(run.summary.split_bound_hit_tokens() < global_hits);  // sessions move between replicas
 }
 
 TEST_CASE("cluster: splitting sessions across replicas costs reuse, and the bounds say how much") {
