@@ -83,7 +83,7 @@ round_lease manager::lease_rounds(std::span<const request_id> ids) {
   return lease;
 }
 
-memory_stats manager::grow_round(round_lease& lease) {
+memory_stats manager::grow_round(round_lease& lease, std::uint64_t* ahead_bytes) {
   const mutex_lock lock(mutex_);
   if (lease.generation_ != generation_ || lease.rounds_ == 0) {
     throw std::logic_error("manager::grow_round: the lease has no round left, or an operation came since");
@@ -91,6 +91,7 @@ memory_stats manager::grow_round(round_lease& lease) {
   --lease.rounds_;
   scheduler_.grow_round();
   check_sampled();
+  if (ahead_bytes != nullptr) *ahead_bytes = scheduler_.ahead_bytes();
   return scheduler_.memory();
 }
 

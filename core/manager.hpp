@@ -115,9 +115,10 @@ class manager {
   /// (none when one is not live): Note [Decode rounds of the manager].
   [[nodiscard]] round_lease lease_rounds(std::span<const request_id> ids) EXCLUDES(mutex_);
   /// One round of `lease`: extend_in_place(ids, 1) for its ids, without looking them up. Returns
-  /// memory() after the round, read under the same lock (a replay reads it after every step).
+  /// memory() after the round, read under the same lock (a replay reads it after every step), and
+  /// ahead_bytes() into `*ahead_bytes` when given (one lock a round, not two).
   /// Throws std::logic_error when the lease has no round left or another operation came since.
-  memory_stats grow_round(round_lease& lease) EXCLUDES(mutex_);
+  memory_stats grow_round(round_lease& lease, std::uint64_t* ahead_bytes = nullptr) EXCLUDES(mutex_);
   /// Forks live request `parent` into new request `child` sharing its whole pages.
   create_result fork(request_id parent, request_id child) EXCLUDES(mutex_);
   /// Ends request `id`: its prefix is recorded for reuse, its memory returns to the pool.

@@ -458,9 +458,10 @@ std::uint64_t vtensor_policy::do_decode_rounds(std::span<const request_id> ids) 
 kv_memory_view vtensor_policy::do_advance_round(std::span<const request_id> /*ids*/) {
   take_carry();
   book_step_calls();
-  const memory_stats m = manager_->grow_round(lease_);
+  std::uint64_t ahead = 0;
+  const memory_stats m = manager_->grow_round(lease_, &ahead);
   if (!options_.manager.scheduler.inline_worker) return do_memory_view();
-  return {m, breakdown(m)};
+  return {m, breakdown(m, ahead)};
 }
 
 void vtensor_policy::do_release(request_id id, release_reason why) {
@@ -492,10 +493,12 @@ void vtensor_policy::do_computed(request_id id, std::uint64_t tokens) {
 // backs any page). Cached chunks hold one page of one prefix each, so a cached chunk pins no
 // live data: evicting every cached entry would return all of them to the pool (reclaimable), and
 // the pool gives chunks back to the driver when trimmed.
-memory_breakdown vtensor_policy::breakdown(const memory_stats& m) const {
+memory_breakdown vtensor_policy::breakdown(const memory_stats& m) const { return breakdown(m, manager_->ahead_bytes()); }
+
+memory_breakdown vtensor_policy::breakdown(const memory_stats& m, std::uint64_t ahead_bytes) {
   memory_breakdown b;
   b.used = m.used_bytes;
-  b.reserved_idle = std::min(m.mapped_bytes - m.used_bytes, manager_->ahead_bytes());
+  b.reserved_idle = std::min(m.mapped_bytes - m.used_bytes, ahead_bytes);
   b.internal = m.mapped_bytes - m.used_bytes - b.reserved_idle;
   b.cached = m.cached_bytes;
   b.free = m.free_pool_bytes;

@@ -263,6 +263,8 @@ class vtensor_policy final : public kv_policy {
   }
 
   [[nodiscard]] memory_breakdown breakdown(const memory_stats& m) const;  // Note [vtensor memory breakdown]
+  // The same, with the manager's ahead_bytes() read already.
+  [[nodiscard]] static memory_breakdown breakdown(const memory_stats& m, std::uint64_t ahead_bytes);
   /// Whether the call counts are the ones handed out (the worker's as submitted), see handed_calls().
   [[nodiscard]] bool counts_handed_calls() const;
   [[nodiscard]] std::array<std::uint64_t, k_vmm_call_kinds> handed_calls() const;
