@@ -493,7 +493,9 @@ void vtensor_policy::do_computed(request_id id, std::uint64_t tokens) {
 // backs any page). Cached chunks hold one page of one prefix each, so a cached chunk pins no
 // live data: evicting every cached entry would return all of them to the pool (reclaimable), and
 // the pool gives chunks back to the driver when trimmed.
-memory_breakdown vtensor_policy::breakdown(const memory_stats& m) const { return breakdown(m, manager_->ahead_bytes()); }
+memory_breakdown vtensor_policy::breakdown(const memory_stats& m) const {
+  return breakdown(m, manager_->ahead_bytes());
+}
 
 memory_breakdown vtensor_policy::breakdown(const memory_stats& m, std::uint64_t ahead_bytes) {
   memory_breakdown b;

@@ -71,6 +71,7 @@ row "--report without --out" "" compare --arm v=vtensor --report
 row "report of a folder that is no comparison" "" report not-a-comparison
 row "capacity without an objective" "" capacity --arm v=vtensor
 row "capacity objective that does not parse" "" capacity --arm v=vtensor --slo 'ttft_p95<=5s'
+row "fewest replicas beside a replicas axis" "" capacity --arm v=vtensor --slo 'ttft_p90<=5s' --fewest-replicas 8 --replicas 2
 row "standby larger than the context" "" replay --trace "$trace" --standby-tokens 200000
 row "no replica" "" replay --trace "$trace" --replicas 0
 row "an unknown router" "" replay --trace "$trace" --replicas 2 --router random

@@ -23,6 +23,13 @@ run() {  # run NAME ARGS...: one search into $root/NAME.txt and NAME.json
   /usr/bin/python3 tools/capacity_figure.py "$root/$name.json" "$root/$name-goodput.png"
 }
 run mooncake traces/data/mooncake_conversation_trace.jsonl --slo 'ttft_p90<=10s,tpot_p90<=100ms'
+# The same objective asked the other way (Note [Fewest replicas]): how many replicas, one H200
+# each behind prefix-precise routing, serve the whole trace at its own rate.
+precise=()
+for p in vtensor paged radix static vattention; do precise+=(--arm "$p=$p --router prefix-precise"); done
+echo "== mooncake-replicas: $bin capacity --fewest-replicas 16" >&2
+"$bin" capacity traces/data/mooncake_conversation_trace.jsonl "${precise[@]}" --slo 'ttft_p90<=10s,tpot_p90<=100ms' \
+  --fewest-replicas 16 --jobs "$jobs" --no-wall --json "$root/mooncake-replicas.json" >"$root/mooncake-replicas.txt"
 # The bundled excerpt, whose vtensor and paged capacities set the main job's operating point
 # (Note [The main job's operating point] in tools/replay_options.cpp).
 run excerpt traces/data/mooncake_conversation_excerpt.jsonl --slo 'ttft_p90<=10s,tpot_p90<=100ms'

@@ -86,4 +86,31 @@ std::string capacity_search::status() const {
   return "found";
 }
 
+// Note [Fewest replicas]
+// The other question an operator asks of the SLO: how many GPUs does each policy need for the
+// load the trace has? replica_search answers it at the trace's own rate with the same assumption
+// as the load search, turned around: an objective met by N replicas behind the router is met by
+// more (the router spreads the same arrivals thinner; routing that reads caches can make this
+// false by a little, which the probes, all reported, would show). Counts double from 1 while the
+// objective fails (up to max_replicas), then bisect between the most that failed and the fewest
+// that met until they are adjacent: exact for integers, about 2 log2(N) replays.
+std::optional<std::uint32_t> replica_search::next() const {
+  if (!met) {
+    if (!failed) return 1;
+    return *failed >= max_replicas ? std::nullopt : std::optional(std::min(*failed * 2, max_replicas));
+  }
+  const std::uint32_t low = failed.value_or(0);
+  if (*met - low <= 1) return std::nullopt;
+  return low + (*met - low) / 2;
+}
+
+void replica_search::record(std::uint32_t replicas, bool meets) {
+  ++replays;
+  if (meets) {
+    if (!met || replicas < *met) met = replicas;
+  } else if (!failed || replicas > *failed) {
+    failed = replicas;
+  }
+}
+
 }  // namespace vtensor::tools

@@ -5,6 +5,7 @@
 // command, so that tests drive them without a replay.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,22 @@ struct capacity_search {
   void record(double load, bool meets);
   /// "found", "none" (not even min_load meets it) or "at least" (max_load meets it).
   [[nodiscard]] std::string status() const;
+};
+
+/// The fewest replicas that meet an objective at the trace's own rate (Note [Fewest replicas] in
+/// capacity.cpp): 1, 2, 4, ... up to max_replicas, then bisection between the most that failed
+/// and the fewest that met.
+struct replica_search {
+  std::uint32_t max_replicas = 8;       ///< the most tried
+  std::optional<std::uint32_t> met;     ///< the fewest that met the objective so far
+  std::optional<std::uint32_t> failed;  ///< the most that failed it so far
+  std::size_t replays = 0;              ///< counts tried
+  /// The next count to try, or nullopt when the search is over.
+  [[nodiscard]] std::optional<std::uint32_t> next() const;
+  /// Records the outcome with `replicas`.
+  void record(std::uint32_t replicas, bool meets);
+  /// "found" or "none" (not even max_replicas meets it).
+  [[nodiscard]] std::string status() const { return met ? "found" : "none"; }
 };
 
 }  // namespace vtensor::tools

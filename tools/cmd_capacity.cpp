@@ -49,7 +49,10 @@ po::options_description capacity_table() {
       "stop when the lightest failing load is within this fraction of the heaviest met one")(
       "max-load", po::value<double>()->default_value(64), "the heaviest load tried, x the trace's arrival rate")(
       "min-load", po::value<double>()->default_value(1.0 / 64), "the lightest load tried")(
-      "jobs", po::value<std::uint32_t>()->default_value(0), "replays at once (0: the machine's cores)")(
+      "fewest-replicas", po::value<std::uint32_t>(),
+      "MAX: search instead the fewest replicas (each its own GPU behind the arm's --router) that meet the "
+      "objective at the trace's own rate, from 1 to MAX")("jobs", po::value<std::uint32_t>()->default_value(0),
+                                                          "replays at once (0: the machine's cores)")(
       "json", po::value<std::string>(), "write the searches, every probe included, to FILE (- : standard output)")(
       "no-wall", po::bool_switch(), "leave wall_seconds out (byte-comparable runs)");
   po::options_description table("options");
@@ -61,6 +64,7 @@ po::options_description capacity_table() {
 struct search {
   std::size_t arm = 0, memory = 0, kernel_factors = 0, trace = 0, replicas = 0;
   capacity_search bracket;
+  std::optional<replica_search> fewest;  // --fewest-replicas: this search's, in place of the load's
   nlohmann::ordered_json probes = nlohmann::ordered_json::array();
   nlohmann::ordered_json at_capacity;  // the met probe's figures
 };
@@ -94,16 +98,31 @@ void run_searches(const experiment& x, const std::vector<std::string>& shared, c
     std::vector<probe> probes;
     std::vector<std::size_t> owners;
     std::vector<double> loads;
+    std::vector<std::uint32_t> counts;  // --fewest-replicas: each probe's replicas
+    experiment round = x;               // with --fewest-replicas, a replicas axis of this round's counts
+    if (searches.front().fewest) round.replicas.clear();
     for (std::size_t i = 0; i < searches.size(); ++i) {
-      const std::optional<double> load = searches[i].bracket.next();
-      if (!load) continue;
       const search& s = searches[i];
-      probes.push_back({s.arm, s.memory, s.kernel_factors, s.trace, s.replicas, 1.0 / *load});
+      std::size_t replicas = s.replicas;
+      double load = 1.0;
+      if (s.fewest) {
+        const std::optional<std::uint32_t> n = s.fewest->next();
+        if (!n) continue;
+        const auto at = std::find(round.replicas.begin(), round.replicas.end(), *n);
+        replicas = static_cast<std::size_t>(at - round.replicas.begin());
+        if (at == round.replicas.end()) round.replicas.push_back(*n);
+        counts.push_back(*n);
+      } else {
+        const std::optional<double> l = s.bracket.next();
+        if (!l) continue;
+        load = *l;
+      }
+      probes.push_back({s.arm, s.memory, s.kernel_factors, s.trace, replicas, 1.0 / load});
       owners.push_back(i);
-      loads.push_back(*load);
+      loads.push_back(load);
     }
     if (probes.empty()) return;
-    compare_grid g = make_probe_grid(x, shared, probes);
+    compare_grid g = make_probe_grid(round, shared, probes);
     if (!traces) traces = load_traces(x, g.points.front().options);
     run_points(g, *traces, std::nullopt, jobs, io, limits);
     for (std::size_t j = 0; j < probes.size(); ++j) {
@@ -111,15 +130,24 @@ void run_searches(const experiment& x, const std::vector<std::string>& shared, c
       const sim::replay_summary& r = g.points[j].result.summary;
       const double good = g.points[j].goodput.value_or(0.0);
       const bool met = goodput ? good >= *goodput : objective.met(r);
-      s.bracket.record(loads[j], met);
-      nlohmann::ordered_json p = {{"load", loads[j]}, {"time_scale", probes[j].time_scale}, {"met", met}};
+      nlohmann::ordered_json p = {{"load", loads[j]}, {"time_scale", probes[j].time_scale}};
+      bool best = false;
+      if (s.fewest) {
+        s.fewest->record(counts[j], met);
+        p["replicas"] = counts[j];
+        best = met && s.fewest->met == counts[j];
+      } else {
+        s.bracket.record(loads[j], met);
+        best = met && s.bracket.met == loads[j];
+      }
+      p["met"] = met;
       for (const slo_clause& c : objective.clauses) p[c.metric + "_" + c.quantile + "_ms"] = slo::value(c, r);
       p["goodput"] = good;
       p["completed"] = r.counters.completed;
       p["rejected"] = r.rejected();
       p["throughput_tokens_per_s"] = r.throughput_tokens_per_s();
       p["hit_rate"] = r.hit_rate();
-      if (met && s.bracket.met == loads[j]) s.at_capacity = p;
+      if (best) s.at_capacity = p;
       s.probes.push_back(std::move(p));
     }
   }
@@ -148,12 +176,23 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
   unsigned jobs = v["jobs"].as<std::uint32_t>();
   if (jobs == 0) jobs = std::max(1u, std::thread::hardware_concurrency());
 
+  std::optional<replica_search> fewest;
+  if (v.count("fewest-replicas") != 0) {
+    fewest = replica_search{};
+    fewest->max_replicas = v["fewest-replicas"].as<std::uint32_t>();
+    if (fewest->max_replicas == 0) throw usage_error("--fewest-replicas must be at least 1");
+    if (x.names_replicas()) throw usage_error("--fewest-replicas searches the replica count itself: drop --replicas");
+    if (v.count("max-load") != 0 && !v["max-load"].defaulted())
+      throw usage_error("--fewest-replicas replays at the trace's own rate: --max-load and --min-load do not apply");
+    if (v.count("min-load") != 0 && !v["min-load"].defaulted())
+      throw usage_error("--fewest-replicas replays at the trace's own rate: --max-load and --min-load do not apply");
+  }
   std::vector<search> searches;
   for (std::size_t t = 0; t < x.traces.size(); ++t) {
     for (std::size_t k = 0; k < x.kernel_factors.size(); ++k) {
       for (std::size_t r = 0; r < x.replicas.size(); ++r) {
         for (std::size_t m = 0; m < x.memory.size(); ++m) {
-          for (std::size_t a = 0; a < x.arms.size(); ++a) searches.push_back({a, m, k, t, r, bounds, {}, {}});
+          for (std::size_t a = 0; a < x.arms.size(); ++a) searches.push_back({a, m, k, t, r, bounds, fewest, {}, {}});
         }
       }
     }
@@ -171,18 +210,31 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
   const std::string what =
       goodput ? fmt::format("goodput >= {} within {} (each request)", *goodput, fmt::join(clause_texts, ", "))
               : fmt::format("{}", fmt::join(clause_texts, ", "));
-  io.out << fmt::format(
-      "objective: {}; load = the trace's arrival rate x L (replay --time-scale 1/L), searched in [{}, {}] to {}%\n",
-      what, bounds.min_load, bounds.max_load, bounds.tolerance * 100);
-  nlohmann::ordered_json out = {{"command", "capacity"},         {"slo", clause_texts},
-                                {"tolerance", bounds.tolerance}, {"min_load", bounds.min_load},
-                                {"max_load", bounds.max_load},   {"baseline", x.baseline}};
+  if (fewest) {
+    io.out << fmt::format(
+        "objective: {}; at the trace's own rate, the fewest replicas (each a GPU) that meet it, searched in [1, {}]\n",
+        what, fewest->max_replicas);
+  } else {
+    io.out << fmt::format(
+        "objective: {}; load = the trace's arrival rate x L (replay --time-scale 1/L), searched in [{}, {}] to {}%\n",
+        what, bounds.min_load, bounds.max_load, bounds.tolerance * 100);
+  }
+  nlohmann::ordered_json out = {{"command", "capacity"}, {"slo", clause_texts}};
+  if (fewest) {
+    out["fewest_replicas"] = {{"max_replicas", fewest->max_replicas}, {"load", 1.0}};
+  } else {
+    out["tolerance"] = bounds.tolerance;
+    out["min_load"] = bounds.min_load;
+    out["max_load"] = bounds.max_load;
+  }
+  out["baseline"] = x.baseline;
   out["goodput"] = goodput ? nlohmann::ordered_json(*goodput) : nlohmann::ordered_json(nullptr);
   nlohmann::ordered_json cells = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < searches.size(); i += x.arms.size()) {
     const search& first = searches[i];
     io.out << "\n== " << cell_name(x, first) << "\n";
-    std::string header = fmt::format("{:<16}{:>14}{:>13}{:>9}", "arm", "capacity", "vs baseline", "replays");
+    std::string header =
+        fmt::format("{:<16}{:>14}{:>13}{:>9}", "arm", fewest ? "replicas" : "capacity", "vs baseline", "replays");
     for (const slo_clause& c : objective.clauses) header += fmt::format("{:>16}", c.metric + "_" + c.quantile);
     header += fmt::format("{:>10}", "goodput");
     io.out << header << "   (at capacity)\n";
@@ -190,12 +242,21 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
     nlohmann::ordered_json arms = nlohmann::ordered_json::array();
     for (std::size_t a = 0; a < x.arms.size(); ++a) {
       const search& s = searches[i + a];
-      const std::string status = s.bracket.status();
-      std::string capacity = status == "none" ? "none" : fmt::format("x{:.3f}", *s.bracket.met);
-      if (status == "at least") capacity = ">= " + capacity;
-      std::string ratio = "-";
-      if (s.bracket.met && b.bracket.met) ratio = fmt::format("x{:.3f}", *s.bracket.met / *b.bracket.met);
-      std::string line = fmt::format("{:<16}{:>14}{:>13}{:>9}", x.arms[a].name, capacity, ratio, s.bracket.replays);
+      const std::string status = s.fewest ? s.fewest->status() : s.bracket.status();
+      std::string capacity, ratio = "-";
+      std::size_t replays = 0;
+      if (s.fewest) {
+        capacity = s.fewest->met ? fmt::format("{}", *s.fewest->met) : fmt::format("> {}", s.fewest->max_replicas);
+        if (s.fewest->met && b.fewest->met)
+          ratio = fmt::format("x{:.3f}", static_cast<double>(*s.fewest->met) / *b.fewest->met);
+        replays = s.fewest->replays;
+      } else {
+        capacity = status == "none" ? "none" : fmt::format("x{:.3f}", *s.bracket.met);
+        if (status == "at least") capacity = ">= " + capacity;
+        if (s.bracket.met && b.bracket.met) ratio = fmt::format("x{:.3f}", *s.bracket.met / *b.bracket.met);
+        replays = s.bracket.replays;
+      }
+      std::string line = fmt::format("{:<16}{:>14}{:>13}{:>9}", x.arms[a].name, capacity, ratio, replays);
       for (const slo_clause& c : objective.clauses) {
         const std::string key = c.metric + "_" + c.quantile + "_ms";
         line += fmt::format("{:>16}", s.at_capacity.contains(key) ? format_ms(s.at_capacity[key].get<double>()) : "-");
@@ -205,9 +266,17 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
                                         : "-");
       io.out << line << "\n";
       nlohmann::ordered_json j = {{"arm", x.arms[a].name}, {"status", status}};
-      j["capacity"] = s.bracket.met ? nlohmann::ordered_json(*s.bracket.met) : nlohmann::ordered_json(nullptr);
-      j["failed_load"] = s.bracket.failed ? nlohmann::ordered_json(*s.bracket.failed) : nlohmann::ordered_json(nullptr);
-      j["replays"] = s.bracket.replays;
+      const auto or_null = [](const auto& o) {
+        return o ? nlohmann::ordered_json(*o) : nlohmann::ordered_json(nullptr);
+      };
+      if (s.fewest) {
+        j["replicas"] = or_null(s.fewest->met);
+        j["failed_replicas"] = or_null(s.fewest->failed);
+      } else {
+        j["capacity"] = or_null(s.bracket.met);
+        j["failed_load"] = or_null(s.bracket.failed);
+      }
+      j["replays"] = replays;
       j["probes"] = s.probes;
       arms.push_back(std::move(j));
     }
@@ -218,9 +287,13 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
     cell["arms"] = std::move(arms);
     cells.push_back(std::move(cell));
   }
-  io.out << "\ncapacity: the heaviest load tried that met the objective (the next heavier failed, within the "
-            "tolerance, so capacities that close are a tie); none: not even the lightest met it; >=: the heaviest "
-            "did\n";
+  if (fewest) {
+    io.out << "\nreplicas: the fewest that met the objective (one fewer failed, or it is 1); > MAX: not even MAX did\n";
+  } else {
+    io.out << "\ncapacity: the heaviest load tried that met the objective (the next heavier failed, within the "
+              "tolerance, so capacities that close are a tie); none: not even the lightest met it; >=: the heaviest "
+              "did\n";
+  }
   out["cells"] = std::move(cells);
   if (!v["no-wall"].as<bool>()) out["wall_seconds"] = wall;
   if (v.count("json") != 0) {
@@ -243,7 +316,8 @@ int cmd_capacity(std::span<const std::string> args, const cli_streams& io) {
         "largest load, as a multiple of the trace's own arrival rate, at which the replay meets the\n"
         "objective: replays at compressed arrivals (--time-scale 1/L), doubling or halving from L = 1\n"
         "and then bisecting (Note [Capacity search] in tools/capacity.cpp). Prints capacity per arm,\n"
-        "its ratio to the baseline's and the replays used; --json adds every probe.\n"
+        "its ratio to the baseline's and the replays used; --json adds every probe. --fewest-replicas MAX\n"
+        "searches instead the fewest replicas that meet it at the trace's own rate (Note [Fewest replicas]).\n"
         "Example: vtensor capacity trace.jsonl --arm vt=vtensor --arm paged=paged --slo 'ttft_p90<=5s'",
         capacity_table(), positional, args, io);
     if (!values) return exit_success;

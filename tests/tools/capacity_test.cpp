@@ -89,6 +89,64 @@ TEST_CASE("capacity: the search doubles, halves and bisects to the tolerance - n
   CHECK(always.status() == "at least");
 }
 
+TEST_CASE("capacity: the replica search doubles to a count that meets, then bisects to the fewest") {
+  const auto drive_counts = [](replica_search& s, const std::function<bool(std::uint32_t)>& meets) {
+    std::vector<std::uint32_t> tried;
+    while (const auto n = s.next()) {
+      tried.push_back(*n);
+      s.record(*n, meets(*n));
+      REQUIRE(tried.size() < 100);
+    }
+    return tried;
+  };
+  replica_search s;
+  s.max_replicas = 16;
+  // 1, 2 and 4 fail, 8 meets; then 6 fails and 7 meets: 7, with 6 failing.
+  CHECK(drive_counts(s, [](std::uint32_t n) { return n >= 7; }) == std::vector<std::uint32_t>{1, 2, 4, 8, 6, 7});
+  CHECK(s.status() == "found");
+  CHECK(*s.met == 7);
+  CHECK(*s.failed == 6);
+  CHECK(s.replays == 6);
+  replica_search one;
+  CHECK(drive_counts(one, [](std::uint32_t) { return true; }) == std::vector<std::uint32_t>{1});
+  CHECK(*one.met == 1);
+  CHECK(!one.failed);
+  replica_search capped;
+  capped.max_replicas = 5;  // the doubling stops at the cap
+  CHECK(drive_counts(capped, [](std::uint32_t n) { return n >= 5; }) == std::vector<std::uint32_t>{1, 2, 4, 5});
+  CHECK(*capped.met == 5);
+  replica_search never;
+  never.max_replicas = 5;
+  CHECK(drive_counts(never, [](std::uint32_t) { return false; }) == std::vector<std::uint32_t>{1, 2, 4, 5});
+  CHECK(never.status() == "none");
+}
+
+TEST_CASE("capacity: --fewest-replicas finds a count that meets the objective where one fewer fails") {
+  const std::filesystem::path dir = vtensor::testing::scratch_dir("capacity_fewest");
+  const auto r = run_cli({"capacity", "--max-requests", "300", "--arm", "vtensor=vtensor --router least-loaded",
+                          "--arm", "paged=paged --router least-loaded", "--slo", "ttft_p90<=2s", "--fewest-replicas",
+                          "8", "--jobs", "2", "--no-wall", "--json", (dir / "fewest.json").string()});
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.out.find("the fewest replicas") != std::string::npos);
+  std::ifstream in(dir / "fewest.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  CHECK(j["fewest_replicas"]["max_replicas"] == 8);
+  for (const auto& a : j["cells"][0]["arms"]) {
+    CAPTURE(a["arm"].get<std::string>());
+    REQUIRE(a["status"] == "found");
+    const auto fewest = a["replicas"].get<std::uint32_t>();
+    CHECK(fewest > 1);  // one replica does not serve the excerpt at its own rate (its load is 1.88x)
+    CHECK(a["failed_replicas"].get<std::uint32_t>() == fewest - 1);
+    for (const auto& p : a["probes"]) {
+      CHECK(p["load"] == 1.0);
+      const auto n = p["replicas"].get<std::uint32_t>();
+      CHECK(p["met"] == (p["ttft_p90_ms"].get<double>() <= 2000));
+      if (n == fewest) CHECK(p["met"] == true);
+      if (n == fewest - 1) CHECK(p["met"] == false);
+    }
+  }
+}
+
 TEST_CASE("capacity: on the excerpt each arm's capacity meets the objective and the next load tried fails") {
   const std::filesystem::path dir = vtensor::testing::scratch_dir("capacity");
   const auto run = [&](const std::string& jobs, const std::string& file) {
@@ -140,6 +198,11 @@ TEST_CASE("capacity: bad objectives and options exit 2 naming what is wrong") {
       {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5s", "--max-load", "0.5"}, "--max-load"},
       {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5s", "--time-scale", "2"}, "time-scale"},
       {{"capacity", "--arm", "vt=nosuchpolicy", "--slo", "ttft_p90<=5s"}, "nosuchpolicy"},
+      {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5s", "--fewest-replicas", "0"}, "--fewest-replicas"},
+      {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5s", "--fewest-replicas", "4", "--replicas", "2"},
+       "drop --replicas"},
+      {{"capacity", "--arm", "vt=vtensor", "--slo", "ttft_p90<=5s", "--fewest-replicas", "4", "--max-load", "8"},
+       "--max-load"},
   };
   for (const auto& [args, names] : cases) {
     CAPTURE(args);
