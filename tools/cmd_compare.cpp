@@ -9,6 +9,7 @@
 #include "tools/compare_eviction.hpp"
 #include "tools/compare_experiment.hpp"
 #include "tools/compare_output.hpp"
+#include "tools/compare_plan.hpp"
 #include "tools/compare_run.hpp"
 #include "tools/compare_verdict.hpp"
 #include "tools/replay_options.hpp"
@@ -17,9 +18,12 @@
 #include "traces/atomic_output_file.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -60,6 +64,16 @@ po::options_description compare_options() {
       "tie", po::value<std::string>(),
       "FRACTION: differences from the baseline within it are ties in the verdicts, e.g. 0.01 or 1% (default: "
       "0.01)");
+  po::options_description plan("a comparison as tasks (Note [Plans] in tools/compare_plan.cpp)");
+  plan.add_options()("plan", po::value<std::string>(),
+                     "write the grid to folder DIR as a plan, one task per point, instead of running it")(
+      "run-point", po::value<std::vector<std::string>>()->multitoken(),
+      "DIR K: replay point K of plan DIR into DIR/results/K.json (a point done already is skipped)")(
+      "force", po::bool_switch(), "with --run-point: replay the point even when it is done")(
+      "merge", po::value<std::string>(),
+      "DIR: render the comparison of plan DIR from its points' results (--out, --json, --report as a run's), "
+      "or name the points not done");
+  o.add(plan);
   return o;
 }
 
@@ -110,25 +124,63 @@ int write_outputs(const po::variables_map& v, const experiment& x, const compare
   return exit_success;
 }
 
+// A comparison's arguments read: the options, the shared settings as typed, the command line
+// summary.json names (without --jobs when --no-wall: it changes no result) and the arguments
+// again without the plan's own options (what a plan's manifest keeps).
+struct compare_args {
+  po::variables_map values;
+  std::vector<std::string> shared;
+  std::string command = "vtensor compare";
+  std::vector<std::string> args;
+};
+
+compare_args read_compare_args(const std::vector<std::string>& words) {
+  po::positional_options_description positional;
+  positional.add("trace", -1);
+  const po::options_description table = compare_table();  // the parsed options point into it
+  const po::parsed_options parsed = po::command_line_parser(words).options(table).positional(positional).run();
+  compare_args a;
+  po::store(parsed, a.values);
+  po::notify(a.values);
+  a.shared = shared_tokens(parsed);
+  const bool no_wall = a.values["no-wall"].as<bool>();
+  for (const po::option& opt : parsed.options) {
+    if (opt.string_key == "plan") continue;
+    a.args.insert(a.args.end(), opt.original_tokens.begin(), opt.original_tokens.end());
+    if (no_wall && opt.string_key == "jobs") continue;
+    for (const std::string& w : opt.original_tokens) a.command += " " + shell_quoted(w);
+  }
+  return a;
+}
+
+unsigned jobs_of(const po::variables_map& v) {
+  const unsigned jobs = v["jobs"].as<std::uint32_t>();
+  return jobs == 0 ? std::max(1u, std::thread::hardware_concurrency()) : jobs;
+}
+
+compare_run_facts facts_of(const compare_args& a) {
+  compare_run_facts facts;
+  facts.command = a.command;
+  facts.with_wall = !a.values["no-wall"].as<bool>();
+  if (a.values.count("tie") != 0) facts.tie = parse_tie(a.values["tie"].as<std::string>());
+  facts.jobs = jobs_of(a.values);
+  return facts;
+}
+
 // Options -> experiment -> grid of points (every point's options checked before any work) ->
 // traces and bounds -> the run -> outputs.
-int run_compare(const po::variables_map& v, const std::vector<std::string>& shared, const std::string& command,
-                const cli_streams& given) {
+int run_compare(const compare_args& a, const cli_streams& given) {
+  const po::variables_map& v = a.values;
   const experiment x = read_experiment(v, bundled_trace_path());
   const bool json_on_stdout = v.count("json") != 0 && v["json"].as<std::string>() == "-";
   const cli_streams io{json_on_stdout ? given.err : given.out, given.err};
-  compare_run_facts facts;
-  facts.command = command;
-  facts.with_wall = !v["no-wall"].as<bool>();
-  if (v.count("tie") != 0) facts.tie = parse_tie(v["tie"].as<std::string>());
-  facts.jobs = v["jobs"].as<std::uint32_t>();
-  if (facts.jobs == 0) facts.jobs = std::max(1u, std::thread::hardware_concurrency());
+  compare_run_facts facts = facts_of(a);
   std::unique_ptr<output_folder> folder;
   if (v["report"].as<bool>() && v.count("out") == 0) throw usage_error("--report needs --out DIR");
   if (v.count("out") != 0) folder = std::make_unique<output_folder>(v["out"].as<std::string>());
   facts.timeseries = folder != nullptr;
 
-  compare_grid grid = make_grid(x, shared);
+  compare_grid grid = make_grid(x, a.shared);
   const replay_options& first = grid.points.front().options;
   const compare_traces traces = load_traces(x, first);
   add_bounds(grid.cells, traces, first.model.kv_bytes_per_token_per_gpu());
@@ -141,6 +193,169 @@ int run_compare(const po::variables_map& v, const std::vector<std::string>& shar
 
   const nlohmann::ordered_json summary = summary_json(x, grid, traces, facts);
   return write_outputs(v, x, grid, summary, std::move(folder), io, given);
+}
+
+// --plan DIR: the grid, checked as a run checks it, written as a plan (Note [Plans]).
+int write_compare_plan(const compare_args& a, const cli_streams& io) {
+  const po::variables_map& v = a.values;
+  for (const char* output : {"out", "json", "report", "report-cell"}) {
+    if (v.count(output) != 0 && !v[output].defaulted())
+      throw usage_error(fmt::format("--plan writes no comparison: give --{} to --merge", output));
+  }
+  const experiment x = read_experiment(v, bundled_trace_path());
+  const compare_grid grid = make_grid(x, a.shared);
+  plan_manifest m;
+  m.args = a.args;
+  m.command = a.command;
+  m.build = build_sha256();
+  m.version = VTENSOR_VERSION;
+  for (const std::string& t : x.traces) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(t, ec);
+    if (ec) throw usage_error(fmt::format("trace {}: cannot be read", t));
+    m.traces.push_back({t, bytes, file_sha256(t)});
+  }
+  for (const point& p : grid.points) m.point_ids.push_back(p.id);
+  const std::filesystem::path dir = v["plan"].as<std::string>();
+  write_plan(dir, m, x, grid);
+  io.out << fmt::format(
+      "plan {}: {} points ({} arms x {} cells); run each with\n  vtensor compare --run-point {} K"
+      "   (K = 0 to {})\nthen: vtensor compare --merge {} --out OUT\n",
+      dir.string(), grid.points.size(), x.arms.size(), grid.cells.size(), dir.string(), grid.points.size() - 1,
+      dir.string());
+  return exit_success;
+}
+
+// A plan's experiment and grid, rebuilt from its manifest's arguments and checked against the
+// points it lists.
+struct plan_grid {
+  plan_manifest manifest;
+  compare_args args;
+  experiment x;
+  compare_grid grid;
+};
+
+plan_grid rebuild_plan(const std::filesystem::path& dir) {
+  plan_grid g;
+  g.manifest = read_manifest(dir);
+  g.args = read_compare_args(g.manifest.args);
+  g.x = read_experiment(g.args.values, bundled_trace_path());
+  g.grid = make_grid(g.x, g.args.shared);
+  bool same = g.grid.points.size() == g.manifest.point_ids.size();
+  for (std::size_t k = 0; same && k < g.grid.points.size(); ++k) same = g.grid.points[k].id == g.manifest.point_ids[k];
+  if (!same) throw usage_error(fmt::format("plan {}: its arguments no longer make the points it lists", dir.string()));
+  return g;
+}
+
+// Only the options of `allowed` may be given beside a plan's own.
+void only_options(const po::variables_map& v, std::initializer_list<std::string_view> allowed, std::string_view mode) {
+  for (const auto& [key, value] : v) {
+    if (value.defaulted() || std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    throw usage_error(fmt::format("{} takes its settings from the plan: --{} is not one of its options", mode, key));
+  }
+}
+
+// --run-point DIR K.
+int run_plan_point(const po::variables_map& v, const cli_streams& io) {
+  only_options(v, {"run-point", "force"}, "--run-point");
+  const auto words = v["run-point"].as<std::vector<std::string>>();
+  if (words.size() != 2) throw usage_error("--run-point takes a plan folder and a point index: --run-point DIR K");
+  const std::filesystem::path dir = words[0];
+  plan_grid g = rebuild_plan(dir);
+  std::size_t k = 0;
+  try {
+    std::size_t used = 0;
+    k = std::stoul(words[1], &used);
+    if (used != words[1].size()) throw std::invalid_argument("trailing characters");
+  } catch (const std::exception&) {
+    throw usage_error(fmt::format("--run-point {} {}: '{}' is not a point index", words[0], words[1], words[1]));
+  }
+  if (k >= g.grid.points.size())
+    throw usage_error(
+        fmt::format("--run-point: plan {} has points 0 to {}, not {}", dir.string(), g.grid.points.size() - 1, k));
+  point& p = g.grid.points[k];
+  const std::size_t trace = g.grid.cells[p.cell].trace;
+  check_plan(g.manifest, dir, {g.x.traces[trace]});
+  const std::filesystem::path result = point_result_path(dir, k);
+  if (!v["force"].as<bool>() && std::filesystem::exists(result)) {
+    try {
+      point done = p;
+      read_point_result(nlohmann::ordered_json::parse(std::ifstream(result)), done);
+      io.out << fmt::format("point {} ({}): done already ({}; --force replays it)\n", k, p.id, result.string());
+      return exit_success;
+    } catch (const std::exception&) {  // unreadable: replayed below
+    }
+  }
+  const auto wall_start = std::chrono::steady_clock::now();
+  const compare_traces traces = load_traces(g.x, p.options, trace);
+  run_point_at(g.grid, k, traces, point_timeseries_dir(dir), std::nullopt);
+  write_file(result, point_result_json(p).dump(1) + "\n");
+  io.out << fmt::format("point {} ({}): replayed in {:.1f} s -> {}\n", k, p.id,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count(),
+                        result.string());
+  return exit_success;
+}
+
+// --merge DIR: the comparison from the points' results, or the points not done and how to run them.
+// `outputs`: the merge's output options as typed, which summary.json's command names after the
+// plan's arguments (as a single run typed with them last would).
+int merge_plan(const po::variables_map& v, const std::string& outputs, const cli_streams& given) {
+  only_options(v, {"merge", "out", "json", "report", "report-cell"}, "--merge");
+  const std::filesystem::path dir = v["merge"].as<std::string>();
+  plan_grid g = rebuild_plan(dir);
+  check_plan(g.manifest, dir);
+  std::vector<std::string> missing;
+  std::vector<std::size_t> rerun;
+  double points_wall = 0;
+  for (std::size_t k = 0; k < g.grid.points.size(); ++k) {
+    point& p = g.grid.points[k];
+    const std::filesystem::path result = point_result_path(dir, k);
+    std::string why;
+    if (!std::filesystem::exists(result)) {
+      why = "not run";
+    } else {
+      try {
+        read_point_result(nlohmann::ordered_json::parse(std::ifstream(result)), p);
+        points_wall += p.result.summary.wall_seconds;
+      } catch (const std::exception& e) {
+        why = fmt::format("unreadable: {}", e.what());
+      }
+    }
+    if (!why.empty()) {
+      missing.push_back(fmt::format("  {} ({}): {}", k, p.id, why));
+      rerun.push_back(k);
+    }
+  }
+  if (!missing.empty()) {
+    given.err << fmt::format(
+        "vtensor compare: plan {}: {} of {} points are not done:\n{}\nrun them, then merge again:\n", dir.string(),
+        missing.size(), g.grid.points.size(), fmt::join(missing, "\n"));
+    for (const std::size_t k : rerun)
+      given.err << fmt::format("  vtensor compare --run-point {} {}\n", dir.string(), k);
+    return exit_failure;
+  }
+  const bool json_on_stdout = v.count("json") != 0 && v["json"].as<std::string>() == "-";
+  const cli_streams io{json_on_stdout ? given.err : given.out, given.err};
+  compare_run_facts facts = facts_of(g.args);
+  facts.command += outputs;
+  facts.wall_seconds = points_wall;  // the points' replays, wherever they ran
+  std::unique_ptr<output_folder> folder;
+  if (v["report"].as<bool>() && v.count("out") == 0) throw usage_error("--report needs --out DIR");
+  if (v.count("out") != 0) {
+    folder = std::make_unique<output_folder>(v["out"].as<std::string>());
+    for (const point& p : g.grid.points) {
+      const std::filesystem::path csv = point_timeseries_dir(dir) / (p.id + ".csv");
+      if (!std::filesystem::is_regular_file(csv))
+        throw usage_error(fmt::format("plan {}: point {} has no time series ({})", dir.string(), p.id, csv.string()));
+      std::filesystem::copy_file(csv, folder->temp() / "timeseries" / (p.id + ".csv"));
+    }
+  }
+  facts.timeseries = folder != nullptr;
+  const replay_options& first = g.grid.points.front().options;
+  const compare_traces traces = load_traces(g.x, first);
+  add_bounds(g.grid.cells, traces, first.model.kv_bytes_per_token_per_gpu());
+  const nlohmann::ordered_json summary = summary_json(g.x, g.grid, traces, facts);
+  return write_outputs(v, g.x, g.grid, summary, std::move(folder), io, given);
 }
 
 }  // namespace
@@ -159,23 +374,25 @@ int cmd_compare(std::span<const std::string> args, const cli_streams& io) {
         "it wins, where it loses (largest first) and where it ties within --tie (docs/compare.md). Each trace is\n"
         "read once; results are identical whatever --jobs is (wall-clock fields aside).\n"
         "--out DIR writes summary.json, arms.csv and each point's time series, whole or not at all.\n"
+        "--plan DIR writes the grid as tasks instead, --run-point DIR K runs one, --merge DIR renders\n"
+        "the comparison from them (byte-identical with --no-wall; Note [Plans] in tools/compare_plan.cpp).\n"
         "Example: vtensor compare trace.jsonl --arm vt=vtensor --arm paged=paged --memory 16GiB,unlimited",
         compare_table(), positional, args, io);
     if (!values) return exit_success;
-    // The shared settings as typed: replayed into every point's replay options.
-    const std::vector<std::string> words(args.begin(), args.end());
-    const po::parsed_options parsed =
-        po::command_line_parser(words).options(compare_table()).positional(positional).run();
-    const std::vector<std::string> shared = shared_tokens(parsed);
-    // --jobs changes no result: with --no-wall it leaves the command too, so that two runs compare
-    // byte for byte whatever --jobs was.
-    const bool no_wall = (*values)["no-wall"].as<bool>();
-    std::string command = "vtensor compare";
-    for (const po::option& opt : parsed.options) {
-      if (no_wall && opt.string_key == "jobs") continue;
-      for (const std::string& w : opt.original_tokens) command += " " + shell_quoted(w);
+    if (values->count("run-point") != 0) return run_plan_point(*values, io);
+    if (values->count("merge") != 0) {
+      const po::options_description table = compare_table();
+      std::string outputs;
+      for (const po::option& opt :
+           po::command_line_parser(std::vector<std::string>(args.begin(), args.end())).options(table).run().options) {
+        if (opt.string_key == "merge") continue;
+        for (const std::string& w : opt.original_tokens) outputs += " " + shell_quoted(w);
+      }
+      return merge_plan(*values, outputs, io);
     }
-    return run_compare(*values, shared, command, io);
+    const compare_args a = read_compare_args(std::vector<std::string>(args.begin(), args.end()));
+    if (a.values.count("plan") != 0) return write_compare_plan(a, io);
+    return run_compare(a, io);
   });
 }
 

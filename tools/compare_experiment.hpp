@@ -79,6 +79,13 @@ struct point {
   point_analysis analysis;                      ///< why tokens missed, histograms, quantiles
   std::optional<sim::cluster_summary> cluster;  ///< more than one replica: the cluster's figures
   std::optional<double> goodput;                ///< share of requests within the run's request limits, if any
+  /// A point read back from a plan's result (compare --merge, tools/compare_plan.hpp): its summary
+  /// and cluster blocks as rendered when it ran (`result.config` and `cluster` are not read back).
+  struct rendered_blocks {
+    nlohmann::ordered_json result;   ///< replay_result_json(result)
+    nlohmann::ordered_json cluster;  ///< sim::cluster_json(*cluster), null for one replica
+  };
+  std::optional<rendered_blocks> rendered;
   [[nodiscard]] double hit_rate() const { return result.summary.hit_rate(); }
 };
 

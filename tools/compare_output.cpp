@@ -238,9 +238,13 @@ nlohmann::ordered_json point_json(const experiment& x, const compare_grid& g, co
   e["id"] = p.id;
   e["arm"] = x.arms[p.arm].name;
   e["cell"] = c.id;
-  e["summary"] = replay_result_json(p.result);
+  e["summary"] = p.rendered ? p.rendered->result : replay_result_json(p.result);
   if (facts.with_wall) e["summary"]["wall_seconds"] = p.result.summary.wall_seconds;
-  if (p.cluster) e["summary"]["cluster"] = sim::cluster_json(*p.cluster);
+  if (p.rendered && !p.rendered->cluster.is_null()) {
+    e["summary"]["cluster"] = p.rendered->cluster;
+  } else if (p.cluster) {
+    e["summary"]["cluster"] = sim::cluster_json(*p.cluster);
+  }
   e["hit_rate"] = p.hit_rate();
   e["of_infinite"] = safe_ratio(p.hit_rate(), c.infinite_hit_rate);
   e["of_offline"] = safe_ratio(p.hit_rate(), c.offline_hit_rate);

@@ -23,9 +23,15 @@
 
 namespace vtensor::tools {
 
-compare_traces load_traces(const experiment& x, const replay_options& first) {
+compare_traces load_traces(const experiment& x, const replay_options& first, std::optional<std::size_t> only) {
   compare_traces t;
-  for (const std::string& path : x.traces) {
+  for (std::size_t i = 0; i < x.traces.size(); ++i) {
+    const std::string& path = x.traces[i];
+    if (only && *only != i) {
+      t.loaded.emplace_back();
+      t.indexes.emplace_back();
+      continue;
+    }
     t.loaded.push_back(traces::load_trace(path, first.format, first.config.max_requests));
     if (t.loaded.back().requests.empty()) throw usage_error(fmt::format("trace {}: no requests", path));
     t.indexes.push_back(traces::index_prefixes(t.loaded.back().requests));
@@ -119,6 +125,13 @@ double goodput_share(const std::vector<request_times>& times, const request_limi
     if (ttft <= limits.ttft_ms && tpot <= limits.tpot_ms && e2e <= limits.e2e_ms) ++good;
   }
   return static_cast<double>(good) / static_cast<double>(times.size());
+}
+
+void run_point_at(compare_grid& grid, std::size_t k, const compare_traces& traces,
+                  const std::optional<std::filesystem::path>& timeseries_dir,
+                  const std::optional<request_limits>& limits) {
+  const run_context ctx{traces, grid.cells, timeseries_dir, limits};
+  run_point(ctx, grid.points.at(k));
 }
 
 // Runs every point on `jobs` threads; the first failure stops the others and is rethrown.

@@ -23,8 +23,10 @@ struct compare_traces {
 };
 
 /// Reads and indexes every trace of `x` with the format and request limit of `first` (shared by
-/// every point). Throws usage_error for a trace without requests, trace_error for a bad one.
-[[nodiscard]] compare_traces load_traces(const experiment& x, const replay_options& first);
+/// every point), or only trace `only` (the others left empty: a plan's task, which replays one
+/// point). Throws usage_error for a trace without requests, trace_error for a bad one.
+[[nodiscard]] compare_traces load_traces(const experiment& x, const replay_options& first,
+                                         std::optional<std::size_t> only = std::nullopt);
 
 /// Fills each cell's bounds: the infinite cache's hit rate, and the offline one at the cell's
 /// budget of `token_bytes` per token (computed once per trace and budget); a cluster's cell gets
@@ -50,5 +52,11 @@ struct request_limits {
 void run_points(compare_grid& grid, const compare_traces& traces,
                 const std::optional<std::filesystem::path>& timeseries_dir, unsigned jobs, const cli_streams& io,
                 const std::optional<request_limits>& limits = std::nullopt);
+
+/// Replays point `k` of `grid` alone, as run_points() replays each (a plan's task: Note [Plans] in
+/// tools/compare_plan.cpp).
+void run_point_at(compare_grid& grid, std::size_t k, const compare_traces& traces,
+                  const std::optional<std::filesystem::path>& timeseries_dir,
+                  const std::optional<request_limits>& limits);
 
 }  // namespace vtensor::tools

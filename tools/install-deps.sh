@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev               # calibration files, traces, --json summaries
   libsimdjson-dev                  # the fast path of vtensor trace request lines
   libfmt-dev                       # formatting of reports and messages
+  libssl-dev                       # SHA-256 (OpenSSL's libcrypto): a compare plan's traces and build
   doctest-dev                      # unit, scenario and conformance tests
   libbenchmark-dev                 # vtensor_bench
   python3-matplotlib               # `vtensor report` / `compare --report`: the figures (tools/compare_report.py)

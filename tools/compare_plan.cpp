@@ -1,0 +1,242 @@
+// A comparison split into tasks (tools/compare_plan.hpp).
+
+#include "tools/compare_plan.hpp"
+
+#include "tools/cli.hpp"
+#include "tools/compare_output.hpp"
+#include "tools/compare_run.hpp"
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+
+// Note [Plans]
+// A comparison is a grid of independent replays, so it can be run anywhere a task can: `compare
+// ... --plan DIR` writes what the grid is, not how to run it. DIR/manifest.json holds compare's
+// arguments (the plan's own left out), the command line the single-machine run's summary.json
+// would name, the SHA-256 of the planning binary and of every trace, and the points' ids in grid
+// order; DIR/points/K.json spells point K's settings out for a person or an engine's log. Every
+// task re-reads the manifest and rebuilds the grid from the same arguments with the same code,
+// so point K is the same replay on any machine that has the same build and the same traces,
+// which --run-point and --merge check (a trace's size, then its checksum; the binary's checksum)
+// before doing anything. A point's result is written whole or not at all (a temporary file
+// renamed into place: atomic_output_file) after its time series, so a task killed mid-write
+// leaves either nothing merge would take or a finished point; a point already finished is
+// skipped unless forced, so rerunning a whole array after a failure redoes only what failed.
+// The result holds the typed figures every output reads (the replay's summary, the analysis,
+// goodput) and the summary and cluster blocks as rendered when the point ran (the run's config
+// and the cluster's per-replica figures are only ever rendered); --merge reads them back into
+// the grid and renders through the same code as a single run, so that with --no-wall its
+// outputs are byte-identical to `compare --out` on one machine. nlohmann's numbers round-trip
+// (doubles are written with the shortest digits that read back to the same value).
+
+namespace nlohmann {
+template <>
+struct adl_serializer<vtensor::sim_ns> {
+  static void to_json(json& j, const vtensor::sim_ns& t) { j = t.count(); }
+  static void from_json(const json& j, vtensor::sim_ns& t) { t = vtensor::sim_ns{j.get<std::uint64_t>()}; }
+};
+}  // namespace nlohmann
+
+namespace vtensor {
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(memory_stats, physical_bytes, mapped_bytes, used_bytes, cached_bytes,
+                                   free_pool_bytes, logical_bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(vmm_counters, calls, time_ns)
+}  // namespace vtensor
+
+namespace vtensor::sim {
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(memory_breakdown, used, internal, reserved_idle, external, cached, free,
+                                   cached_pinning, reclaimable)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(kv_stats, memory, breakdown, prompt_tokens, prefix_hit_tokens, cow_bytes,
+                                   evictions, chunks_created, vmm)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(replica_peaks, at, memory, internal_fragmentation, sharing_saving, running,
+                                   waiting)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(latency_summary, p50, p90, p99, mean, count)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(memory_breakdown_means, used, internal, reserved_idle, external, cached, free,
+                                   cached_pinning, reclaimable)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(replica_counters, submitted, completed, rejected_context, rejected_memory,
+                                   truncated, preemptions, prompt_tokens, admitted_prompt_tokens, hit_tokens,
+                                   prefill_tokens, recomputed_tokens, output_tokens, cow_bytes, steps, busy_us,
+                                   vmm_critical, compute_bound_steps, step_wall_ns, stretch_steps)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(replay_summary, counters, final_memory, peak, mean_internal_fragmentation,
+                                   mean_sharing_saving, mean_physical_bytes, mean_mapped_bytes, mean_used_bytes,
+                                   mean_running, mean_waiting, mean_breakdown, ttft, tpot, e2e, queue,
+                                   first_arrival_seconds, last_arrival_seconds, simulated_seconds, wall_seconds,
+                                   events, replicas)
+}  // namespace vtensor::sim
+
+namespace vtensor::tools {
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(log_histogram, edges, counts)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(miss_causes, cold, evicted, granularity, preempted, in_flight, unpublished,
+                                   no_cache, total)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(point_analysis, misses, reuse_distance, cached_lifetime, ttft_ms, tpot_ms,
+                                   over_bound_requests)
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view k_format = "vtensor-compare-plan";
+constexpr int k_version = 1;
+
+// The typed figures go through nlohmann::json (the field lists above are written for it) and
+// sit in the ordered result file as plain values.
+template <typename T>
+nlohmann::ordered_json typed(const T& value) {
+  return nlohmann::ordered_json::parse(nlohmann::json(value).dump());
+}
+template <typename T>
+T untyped(const nlohmann::ordered_json& j) {
+  return nlohmann::json::parse(j.dump()).get<T>();
+}
+
+std::string hex(const unsigned char* bytes, unsigned n) {
+  std::string s;
+  for (unsigned i = 0; i < n; ++i) s += fmt::format("{:02x}", bytes[i]);
+  return s;
+}
+
+nlohmann::ordered_json read_json(const fs::path& path, std::string_view what) {
+  std::ifstream in(path);
+  if (!in) throw usage_error(fmt::format("{} {}: cannot be read", what, path.string()));
+  try {
+    return nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw usage_error(fmt::format("{} {}: not JSON ({})", what, path.string(), e.what()));
+  }
+}
+
+}  // namespace
+
+std::string file_sha256(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error(fmt::format("{}: cannot be read", path.string()));
+  const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw std::runtime_error("SHA-256: no digest");
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    if (in.gcount() > 0 && EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<std::size_t>(in.gcount())) != 1)
+      throw std::runtime_error("SHA-256: update failed");
+  }
+  if (in.bad()) throw usage_error(fmt::format("{}: read error", path.string()));
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned n = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), digest.data(), &n) != 1) throw std::runtime_error("SHA-256: final failed");
+  return hex(digest.data(), n);
+}
+
+const std::string& build_sha256() {
+  static const std::string sum = file_sha256("/proc/self/exe");
+  return sum;
+}
+
+fs::path point_result_path(const fs::path& dir, std::size_t k) { return dir / "results" / fmt::format("{}.json", k); }
+fs::path point_timeseries_dir(const fs::path& dir) { return dir / "timeseries"; }
+
+void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x, const compare_grid& grid) {
+  if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
+    throw usage_error(fmt::format(
+        "--plan {}: exists and is not an empty folder (a plan's results would be lost): remove it or name another",
+        dir.string()));
+  }
+  output_folder folder(dir.string());  // whole or not at all; timeseries/ made inside
+  fs::create_directory(folder.temp() / "points");
+  fs::create_directory(folder.temp() / "results");
+  nlohmann::ordered_json j = {{"format", k_format}, {"version", k_version}, {"vtensor", m.version},
+                              {"build_sha256", m.build}, {"command", m.command}, {"args", m.args}};
+  nlohmann::ordered_json traces = nlohmann::ordered_json::array();
+  for (const planned_trace& t : m.traces) traces.push_back({{"path", t.path}, {"bytes", t.bytes}, {"sha256", t.sha256}});
+  j["traces"] = std::move(traces);
+  j["points"] = m.point_ids;
+  write_file(folder.temp() / "manifest.json", j.dump(2) + "\n");
+  for (std::size_t k = 0; k < grid.points.size(); ++k) {
+    const point& p = grid.points[k];
+    const cell& c = grid.cells[p.cell];
+    const arm& a = x.arms[p.arm];
+    nlohmann::ordered_json e = {{"index", k}, {"id", p.id}};
+    e["arm"] = {{"name", a.name}, {"policy", a.policy}, {"options", a.options}, {"router", a.router}};
+    e["cell"] = {{"id", c.id},
+                 {"memory", x.memory[c.memory]},
+                 {"time_scale", x.time_scale_text[c.time_scale]},
+                 {"kernel_factors", x.kernel_factors[c.kernel_factors]},
+                 {"trace", x.traces[c.trace]},
+                 {"replicas", c.replica_count}};
+    e["result"] = point_result_path(fs::path("."), k).lexically_normal().string();
+    write_file(folder.temp() / "points" / fmt::format("{}.json", k), e.dump(2) + "\n");
+  }
+  folder.commit();
+}
+
+plan_manifest read_manifest(const fs::path& dir) {
+  const fs::path path = dir / "manifest.json";
+  if (!fs::is_regular_file(path)) throw usage_error(fmt::format("{}: no plan here (no manifest.json)", dir.string()));
+  const nlohmann::ordered_json j = read_json(path, "plan manifest");
+  plan_manifest m;
+  try {
+    if (j.at("format") != k_format || j.at("version") != k_version)
+      throw usage_error(fmt::format("{}: not a vtensor compare plan of version {}", path.string(), k_version));
+    m.args = j.at("args").get<std::vector<std::string>>();
+    m.command = j.at("command").get<std::string>();
+    m.build = j.at("build_sha256").get<std::string>();
+    m.version = j.at("vtensor").get<std::string>();
+    for (const auto& t : j.at("traces")) {
+      m.traces.push_back({t.at("path").get<std::string>(), t.at("bytes").get<std::uint64_t>(),
+                          t.at("sha256").get<std::string>()});
+    }
+    m.point_ids = j.at("points").get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw usage_error(fmt::format("{}: {}", path.string(), e.what()));
+  }
+  return m;
+}
+
+void check_plan(const plan_manifest& m, const fs::path& dir, const std::vector<std::string>& only) {
+  if (m.build != build_sha256()) {
+    throw usage_error(fmt::format(
+        "plan {}: made by another build of vtensor ({} {}), not this one ({}): its points would not be the "
+        "replays planned; plan again with this binary",
+        dir.string(), m.version, m.build.substr(0, 12), build_sha256().substr(0, 12)));
+  }
+  for (const planned_trace& t : m.traces) {
+    if (!only.empty() && std::find(only.begin(), only.end(), t.path) == only.end()) continue;
+    std::error_code ec;
+    const auto bytes = fs::file_size(t.path, ec);
+    if (ec) throw usage_error(fmt::format("plan {}: trace {} cannot be read here", dir.string(), t.path));
+    if (bytes != t.bytes || file_sha256(t.path) != t.sha256) {
+      throw usage_error(fmt::format("plan {}: trace {} changed since it was planned ({} bytes, sha256 {}...)",
+                                    dir.string(), t.path, t.bytes, t.sha256.substr(0, 12)));
+    }
+  }
+}
+
+nlohmann::ordered_json point_result_json(const point& p) {
+  nlohmann::ordered_json j = {{"id", p.id}};
+  j["summary"] = typed(p.result.summary);
+  j["analysis"] = typed(p.analysis);
+  j["goodput"] = p.goodput ? nlohmann::ordered_json(*p.goodput) : nlohmann::ordered_json(nullptr);
+  j["rendered"] = {{"result", p.rendered ? p.rendered->result : replay_result_json(p.result)}};
+  if (p.rendered) {
+    j["rendered"]["cluster"] = p.rendered->cluster;
+  } else {
+    j["rendered"]["cluster"] = p.cluster ? sim::cluster_json(*p.cluster) : nlohmann::ordered_json(nullptr);
+  }
+  return j;
+}
+
+void read_point_result(const nlohmann::ordered_json& j, point& p) {
+  if (j.at("id").get<std::string>() != p.id) {
+    throw std::invalid_argument(fmt::format("holds point {}, not {}", j.at("id").get<std::string>(), p.id));
+  }
+  p.result.summary = untyped<sim::replay_summary>(j.at("summary"));
+  p.analysis = untyped<point_analysis>(j.at("analysis"));
+  p.goodput = j.at("goodput").is_null() ? std::nullopt : std::optional(j.at("goodput").get<double>());
+  p.rendered = point::rendered_blocks{j.at("rendered").at("result"), j.at("rendered").at("cluster")};
+}
+
+}  // namespace vtensor::tools
