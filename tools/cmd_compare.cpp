@@ -69,6 +69,8 @@ po::options_description compare_options() {
                      "write the grid to folder DIR as a plan, one task per point, instead of running it")(
       "run-point", po::value<std::vector<std::string>>()->multitoken(),
       "DIR K: replay point K of plan DIR into DIR/results/K.json (a point done already is skipped)")(
+      "emit", po::value<std::string>(),
+      "with --plan: also write the command that runs every point: parallel (DIR/run-parallel.sh, GNU parallel)")(
       "force", po::bool_switch(), "with --run-point: replay the point even when it is done")(
       "merge", po::value<std::string>(),
       "DIR: render the comparison of plan DIR from its points' results (--out, --json, --report as a run's), "
@@ -145,7 +147,7 @@ compare_args read_compare_args(const std::vector<std::string>& words) {
   a.shared = shared_tokens(parsed);
   const bool no_wall = a.values["no-wall"].as<bool>();
   for (const po::option& opt : parsed.options) {
-    if (opt.string_key == "plan") continue;
+    if (opt.string_key == "plan" || opt.string_key == "emit") continue;
     a.args.insert(a.args.end(), opt.original_tokens.begin(), opt.original_tokens.end());
     if (no_wall && opt.string_key == "jobs") continue;
     for (const std::string& w : opt.original_tokens) a.command += " " + shell_quoted(w);
@@ -216,13 +218,19 @@ int write_compare_plan(const compare_args& a, const cli_streams& io) {
     m.traces.push_back({t, bytes, file_sha256(t)});
   }
   for (const point& p : grid.points) m.point_ids.push_back(p.id);
-  const std::filesystem::path dir = v["plan"].as<std::string>();
-  write_plan(dir, m, x, grid);
+  const std::filesystem::path dir = std::filesystem::absolute(v["plan"].as<std::string>()).lexically_normal();
+  std::optional<std::string> script;
+  if (v.count("emit") != 0) {
+    if (v["emit"].as<std::string>() != "parallel")
+      throw usage_error(fmt::format("--emit {}: not an engine (parallel)", v["emit"].as<std::string>()));
+    script = parallel_script(dir, std::filesystem::read_symlink("/proc/self/exe").string(), grid.points.size());
+  }
+  write_plan(dir, m, x, grid, script);
   io.out << fmt::format(
       "plan {}: {} points ({} arms x {} cells); run each with\n  vtensor compare --run-point {} K"
-      "   (K = 0 to {})\nthen: vtensor compare --merge {} --out OUT\n",
+      "   (K = 0 to {}){}\nthen: vtensor compare --merge {} --out OUT\n",
       dir.string(), grid.points.size(), x.arms.size(), grid.cells.size(), dir.string(), grid.points.size() - 1,
-      dir.string());
+      script ? fmt::format("\nor every one with GNU parallel: sh {}/run-parallel.sh", dir.string()) : "", dir.string());
   return exit_success;
 }
 

@@ -52,28 +52,27 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(vmm_counters, calls, time_ns)
 namespace vtensor::sim {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(memory_breakdown, used, internal, reserved_idle, external, cached, free,
                                    cached_pinning, reclaimable)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(kv_stats, memory, breakdown, prompt_tokens, prefix_hit_tokens, cow_bytes,
-                                   evictions, chunks_created, vmm)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(replica_peaks, at, memory, internal_fragmentation, sharing_saving, running,
-                                   waiting)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(kv_stats, memory, breakdown, prompt_tokens, prefix_hit_tokens, cow_bytes, evictions,
+                                   chunks_created, vmm)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(replica_peaks, at, memory, internal_fragmentation, sharing_saving, running, waiting)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(latency_summary, p50, p90, p99, mean, count)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(memory_breakdown_means, used, internal, reserved_idle, external, cached, free,
                                    cached_pinning, reclaimable)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(replica_counters, submitted, completed, rejected_context, rejected_memory,
-                                   truncated, preemptions, prompt_tokens, admitted_prompt_tokens, hit_tokens,
-                                   prefill_tokens, recomputed_tokens, output_tokens, cow_bytes, steps, busy_us,
-                                   vmm_critical, compute_bound_steps, step_wall_ns, stretch_steps)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(replica_counters, submitted, completed, rejected_context, rejected_memory, truncated,
+                                   preemptions, prompt_tokens, admitted_prompt_tokens, hit_tokens, prefill_tokens,
+                                   recomputed_tokens, output_tokens, cow_bytes, steps, busy_us, vmm_critical,
+                                   compute_bound_steps, step_wall_ns, stretch_steps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(replay_summary, counters, final_memory, peak, mean_internal_fragmentation,
                                    mean_sharing_saving, mean_physical_bytes, mean_mapped_bytes, mean_used_bytes,
                                    mean_running, mean_waiting, mean_breakdown, ttft, tpot, e2e, queue,
-                                   first_arrival_seconds, last_arrival_seconds, simulated_seconds, wall_seconds,
-                                   events, replicas)
+                                   first_arrival_seconds, last_arrival_seconds, simulated_seconds, wall_seconds, events,
+                                   replicas)
 }  // namespace vtensor::sim
 
 namespace vtensor::tools {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(log_histogram, edges, counts)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(miss_causes, cold, evicted, granularity, preempted, in_flight, unpublished,
-                                   no_cache, total)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(miss_causes, cold, evicted, granularity, preempted, in_flight, unpublished, no_cache,
+                                   total)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(point_analysis, misses, reuse_distance, cached_lifetime, ttft_ms, tpot_ms,
                                    over_bound_requests)
 
@@ -139,7 +138,8 @@ const std::string& build_sha256() {
 fs::path point_result_path(const fs::path& dir, std::size_t k) { return dir / "results" / fmt::format("{}.json", k); }
 fs::path point_timeseries_dir(const fs::path& dir) { return dir / "timeseries"; }
 
-void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x, const compare_grid& grid) {
+void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x, const compare_grid& grid,
+                const std::optional<std::string>& script) {
   if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
     throw usage_error(fmt::format(
         "--plan {}: exists and is not an empty folder (a plan's results would be lost): remove it or name another",
@@ -148,10 +148,11 @@ void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x
   output_folder folder(dir.string());  // whole or not at all; timeseries/ made inside
   fs::create_directory(folder.temp() / "points");
   fs::create_directory(folder.temp() / "results");
-  nlohmann::ordered_json j = {{"format", k_format}, {"version", k_version}, {"vtensor", m.version},
+  nlohmann::ordered_json j = {{"format", k_format},      {"version", k_version}, {"vtensor", m.version},
                               {"build_sha256", m.build}, {"command", m.command}, {"args", m.args}};
   nlohmann::ordered_json traces = nlohmann::ordered_json::array();
-  for (const planned_trace& t : m.traces) traces.push_back({{"path", t.path}, {"bytes", t.bytes}, {"sha256", t.sha256}});
+  for (const planned_trace& t : m.traces)
+    traces.push_back({{"path", t.path}, {"bytes", t.bytes}, {"sha256", t.sha256}});
   j["traces"] = std::move(traces);
   j["points"] = m.point_ids;
   write_file(folder.temp() / "manifest.json", j.dump(2) + "\n");
@@ -170,7 +171,38 @@ void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x
     e["result"] = point_result_path(fs::path("."), k).lexically_normal().string();
     write_file(folder.temp() / "points" / fmt::format("{}.json", k), e.dump(2) + "\n");
   }
+  if (script) {
+    write_file(folder.temp() / "run-parallel.sh", *script);
+    fs::permissions(folder.temp() / "run-parallel.sh",
+                    fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
+  }
   folder.commit();
+}
+
+// Single-quoted for sh.
+std::string sh_quoted(const std::string& w) {
+  std::string out = "'";
+  for (const char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string parallel_script(const fs::path& dir, const std::string& binary, std::size_t points) {
+  const std::string d = sh_quoted(dir.string()), b = sh_quoted(binary);
+  return fmt::format(
+      "#!/bin/sh\n"
+      "# The {0} points of the vtensor compare plan in {1}, run by GNU parallel (written by\n"
+      "# `vtensor compare ... --plan DIR --emit parallel`; Note [Plans] in tools/compare_plan.cpp).\n"
+      "# Run it again after a failure: the job log and --resume-failed rerun only the points that\n"
+      "# failed or never ran, and a point already done is skipped anyway.\n"
+      "# Arguments go to parallel: --jobs N (default: one per core), --sshloginfile FILE for several\n"
+      "# hosts (one per line, ':' for this one); each host needs this binary and the traces at the same\n"
+      "# paths, and the plan folder shared (a shared file system), since every task checks both\n"
+      "# checksums and writes its result there.\n"
+      "# Then: {2} compare --merge {1} --out OUT\n"
+      "set -eu\n"
+      "exec parallel --joblog {1}/parallel.joblog --resume-failed \"$@\" {2} compare --run-point {1} '{{}}' ::: $(seq "
+      "0 {3})\n",
+      points, d, b, points - 1);
 }
 
 plan_manifest read_manifest(const fs::path& dir) {
@@ -186,8 +218,8 @@ plan_manifest read_manifest(const fs::path& dir) {
     m.build = j.at("build_sha256").get<std::string>();
     m.version = j.at("vtensor").get<std::string>();
     for (const auto& t : j.at("traces")) {
-      m.traces.push_back({t.at("path").get<std::string>(), t.at("bytes").get<std::uint64_t>(),
-                          t.at("sha256").get<std::string>()});
+      m.traces.push_back(
+          {t.at("path").get<std::string>(), t.at("bytes").get<std::uint64_t>(), t.at("sha256").get<std::string>()});
     }
     m.point_ids = j.at("points").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
@@ -198,10 +230,10 @@ plan_manifest read_manifest(const fs::path& dir) {
 
 void check_plan(const plan_manifest& m, const fs::path& dir, const std::vector<std::string>& only) {
   if (m.build != build_sha256()) {
-    throw usage_error(fmt::format(
-        "plan {}: made by another build of vtensor ({} {}), not this one ({}): its points would not be the "
-        "replays planned; plan again with this binary",
-        dir.string(), m.version, m.build.substr(0, 12), build_sha256().substr(0, 12)));
+    throw usage_error(
+        fmt::format("plan {}: made by another build of vtensor ({} {}), not this one ({}): its points would not be the "
+                    "replays planned; plan again with this binary",
+                    dir.string(), m.version, m.build.substr(0, 12), build_sha256().substr(0, 12)));
   }
   for (const planned_trace& t : m.traces) {
     if (!only.empty() && std::find(only.begin(), only.end(), t.path) == only.end()) continue;

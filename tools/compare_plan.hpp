@@ -42,9 +42,16 @@ struct plan_manifest {
 };
 
 /// Writes the manifest and DIR/points/K.json (each point's id, arm, cell and resolved options)
-/// for `grid`, whole or not at all (DIR must not exist or be empty). Throws usage_error.
+/// for `grid`, and DIR/run-parallel.sh when `script` is given, whole or not at all (DIR must not
+/// exist or be empty). Throws usage_error.
 void write_plan(const std::filesystem::path& dir, const plan_manifest& manifest, const experiment& x,
-                const compare_grid& grid);
+                const compare_grid& grid, const std::optional<std::string>& script = std::nullopt);
+
+/// DIR/run-parallel.sh: every point of a plan of `points` points as one GNU parallel run of
+/// `binary` (absolute paths), with a job log so that running it again redoes only what failed or
+/// never ran; extra arguments go to parallel (--sshloginfile FILE for several hosts).
+[[nodiscard]] std::string parallel_script(const std::filesystem::path& dir, const std::string& binary,
+                                          std::size_t points);
 
 /// Reads DIR/manifest.json. Throws usage_error naming the file and what is wrong.
 [[nodiscard]] plan_manifest read_manifest(const std::filesystem::path& dir);

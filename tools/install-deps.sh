@@ -15,6 +15,7 @@ packages=(
   doctest-dev                      # unit, scenario and conformance tests
   libbenchmark-dev                 # vtensor_bench
   python3-matplotlib               # `vtensor report` / `compare --report`: the figures (tools/compare_report.py)
+  parallel                         # GNU parallel: runs a compare plan's points (--emit parallel) and its test
 )
 
 # `--fuzz`: also what the test command (tools/test-all.sh) needs beyond the build: what
