@@ -17,6 +17,7 @@ printf '{"timestamp": 5, "input_length": 10, "output_length": 5, "hash_ids": [1]
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\nnot-a-date,1,1\n' >bad-date.csv
 printf 'arrived_at,num_prefill_tokens\n0.0,10\n' >vidur-missing-column.csv
 : >empty.jsonl
+mkdir -p used && : >used/notes.txt
 printf '{"format": "vtensor-calibration"}' >calibration.json
 printf '{"name": "x"}' >factors.json
 printf '{"arms": [{"name": "x"}]}' >experiment.json
@@ -69,6 +70,8 @@ row "experiment file arm without a policy" "" compare --arms experiment.json
 row "an axis value given twice" "" compare --arm v=vtensor --memory 16GiB,16GiB
 row "--report without --out" "" compare --arm v=vtensor --report
 row "report of a folder that is no comparison" "" report not-a-comparison
+row "a plan into a folder in use" "" compare --arm v=vtensor --plan used
+row "merge of a folder that is no plan" "" compare --merge not-a-plan
 row "capacity without an objective" "" capacity --arm v=vtensor
 row "capacity objective that does not parse" "" capacity --arm v=vtensor --slo 'ttft_p95<=5s'
 row "fewest replicas beside a replicas axis" "" capacity --arm v=vtensor --slo 'ttft_p90<=5s' --fewest-replicas 8 --replicas 2

@@ -218,12 +218,13 @@ int write_compare_plan(const compare_args& a, const cli_streams& io) {
     m.traces.push_back({t, bytes, file_sha256(t)});
   }
   for (const point& p : grid.points) m.point_ids.push_back(p.id);
-  const std::filesystem::path dir = std::filesystem::absolute(v["plan"].as<std::string>()).lexically_normal();
+  const std::filesystem::path dir = v["plan"].as<std::string>();
   std::optional<std::string> script;
-  if (v.count("emit") != 0) {
+  if (v.count("emit") != 0) {  // absolute paths: the script runs from anywhere, on any host
     if (v["emit"].as<std::string>() != "parallel")
       throw usage_error(fmt::format("--emit {}: not an engine (parallel)", v["emit"].as<std::string>()));
-    script = parallel_script(dir, std::filesystem::read_symlink("/proc/self/exe").string(), grid.points.size());
+    script = parallel_script(std::filesystem::absolute(dir).lexically_normal(),
+                             std::filesystem::read_symlink("/proc/self/exe").string(), grid.points.size());
   }
   write_plan(dir, m, x, grid, script);
   io.out << fmt::format(

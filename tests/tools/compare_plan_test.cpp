@@ -47,8 +47,13 @@ void check_same_tree(const fs::path& a, const fs::path& b) {
 // The experiment of these tests: two arms (one a two-replica cluster behind prefix-precise) at
 // two budgets on 120 requests of the bundled excerpt.
 std::vector<std::string> experiment(const std::string& trace) {
-  return {"compare", trace, "--arm", "vt=vtensor", "--arm", "pp=paged --router prefix-precise", "--memory",
-          "16GiB,unlimited", "--replicas", "1,2", "--max-requests", "120", "--no-wall"};
+  return {"compare",        trace,
+          "--arm",          "vt=vtensor",
+          "--arm",          "pp=paged --router prefix-precise",
+          "--memory",       "16GiB,unlimited",
+          "--replicas",     "1,2",
+          "--max-requests", "120",
+          "--no-wall"};
 }
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& more) {
@@ -91,10 +96,13 @@ TEST_CASE("compare plan: points run one by one, in any order, merge into exactly
 TEST_CASE("compare plan: merge names the points not done and how to rerun them, and rerunning those completes it") {
   const fs::path dir = vtensor::testing::scratch_dir("plan_missing");
   const std::string plan = (dir / "plan").string();
-  REQUIRE(run_cli(with(experiment(vtensor::testing::bundled_trace("mooncake_conversation_excerpt.jsonl")), {"--plan", plan})).code == 0);
+  REQUIRE(run_cli(with(experiment(vtensor::testing::bundled_trace("mooncake_conversation_excerpt.jsonl")),
+                       {"--plan", plan}))
+              .code == 0);
   for (int k = 0; k < 8; ++k) REQUIRE(run_cli({"compare", "--run-point", plan, std::to_string(k)}).code == 0);
   fs::remove(dir / "plan" / "results" / "2.json");
-  {  // a task killed mid-write leaves no such file (the result is renamed into place); a torn copy is named all the same
+  {  // a task killed mid-write leaves no such file (the result is renamed into place); a torn copy is named all the
+     // same
     const std::string whole = slurp(dir / "plan" / "results" / "6.json");
     std::ofstream(dir / "plan" / "results" / "6.json", std::ios::trunc) << whole.substr(0, whole.size() / 2);
   }
@@ -119,7 +127,8 @@ TEST_CASE("compare plan: a changed trace, a used folder, a bad index or engine a
   const fs::path trace = dir / "trace.jsonl";
   fs::copy_file(vtensor::testing::bundled_trace("mooncake_conversation_excerpt.jsonl"), trace);
   const std::string plan = (dir / "plan").string();
-  REQUIRE(run_cli({"compare", trace.string(), "--arm", "vt=vtensor", "--max-requests", "50", "--plan", plan}).code == 0);
+  REQUIRE(run_cli({"compare", trace.string(), "--arm", "vt=vtensor", "--max-requests", "50", "--plan", plan}).code ==
+          0);
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"compare", trace.string(), "--arm", "vt=vtensor", "--plan", plan}, "is not an empty folder"},
       {{"compare", trace.string(), "--arm", "vt=vtensor", "--plan", (dir / "p2").string(), "--out", "x"},
@@ -155,7 +164,8 @@ TEST_CASE("compare plan: GNU parallel runs the emitted script, a second run does
     return;
   }
   const fs::path dir = vtensor::testing::scratch_dir("plan_parallel");
-  const std::string bin = VTENSOR_BINARY, trace = vtensor::testing::bundled_trace("mooncake_conversation_excerpt.jsonl");
+  const std::string bin = VTENSOR_BINARY,
+                    trace = vtensor::testing::bundled_trace("mooncake_conversation_excerpt.jsonl");
   const std::string args = " compare " + trace +
                            " --arm vt=vtensor --arm paged=paged --memory 16GiB,64GiB,unlimited --max-requests 120 "
                            "--no-wall";
