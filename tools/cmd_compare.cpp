@@ -169,23 +169,40 @@ compare_run_facts facts_of(const compare_args& a) {
   return facts;
 }
 
+// The streams and the --out folder of a run or a merge: with --json - the table goes to standard
+// error; --report needs --out.
+struct compare_outputs {
+  cli_streams io;
+  std::unique_ptr<output_folder> folder;
+};
+
+compare_outputs open_compare_outputs(const po::variables_map& v, const cli_streams& given) {
+  const bool json_on_stdout = v.count("json") != 0 && v["json"].as<std::string>() == "-";
+  compare_outputs o{{json_on_stdout ? given.err : given.out, given.err}, nullptr};
+  if (v["report"].as<bool>() && v.count("out") == 0) throw usage_error("--report needs --out DIR");
+  if (v.count("out") != 0) o.folder = std::make_unique<output_folder>(v["out"].as<std::string>());
+  return o;
+}
+
+// Every trace of `x` read and indexed once, and each cell's bounds filled.
+compare_traces traces_with_bounds(const experiment& x, compare_grid& grid) {
+  const replay_options& first = grid.points.front().options;
+  compare_traces traces = load_traces(x, first);
+  add_bounds(grid.cells, traces, first.model.kv_bytes_per_token_per_gpu());
+  return traces;
+}
+
 // Options -> experiment -> grid of points (every point's options checked before any work) ->
 // traces and bounds -> the run -> outputs.
 int run_compare(const compare_args& a, const cli_streams& given) {
   const po::variables_map& v = a.values;
   const experiment x = read_experiment(v, bundled_trace_path());
-  const bool json_on_stdout = v.count("json") != 0 && v["json"].as<std::string>() == "-";
-  const cli_streams io{json_on_stdout ? given.err : given.out, given.err};
+  auto [io, folder] = open_compare_outputs(v, given);
   compare_run_facts facts = facts_of(a);
-  std::unique_ptr<output_folder> folder;
-  if (v["report"].as<bool>() && v.count("out") == 0) throw usage_error("--report needs --out DIR");
-  if (v.count("out") != 0) folder = std::make_unique<output_folder>(v["out"].as<std::string>());
   facts.timeseries = folder != nullptr;
 
   compare_grid grid = make_grid(x, a.shared);
-  const replay_options& first = grid.points.front().options;
-  const compare_traces traces = load_traces(x, first);
-  add_bounds(grid.cells, traces, first.model.kv_bytes_per_token_per_gpu());
+  const compare_traces traces = traces_with_bounds(x, grid);
 
   const auto wall_start = std::chrono::steady_clock::now();
   const std::optional<std::filesystem::path> timeseries_dir =
@@ -343,15 +360,11 @@ int merge_plan(const po::variables_map& v, const std::string& outputs, const cli
       given.err << fmt::format("  vtensor compare --run-point {} {}\n", dir.string(), k);
     return exit_failure;
   }
-  const bool json_on_stdout = v.count("json") != 0 && v["json"].as<std::string>() == "-";
-  const cli_streams io{json_on_stdout ? given.err : given.out, given.err};
+  auto [io, folder] = open_compare_outputs(v, given);
   compare_run_facts facts = facts_of(g.args);
   facts.command += outputs;
   facts.wall_seconds = points_wall;  // the points' replays, wherever they ran
-  std::unique_ptr<output_folder> folder;
-  if (v["report"].as<bool>() && v.count("out") == 0) throw usage_error("--report needs --out DIR");
-  if (v.count("out") != 0) {
-    folder = std::make_unique<output_folder>(v["out"].as<std::string>());
+  if (folder) {
     for (const point& p : g.grid.points) {
       const std::filesystem::path csv = point_timeseries_dir(dir) / (p.id + ".csv");
       if (!std::filesystem::is_regular_file(csv))
@@ -360,9 +373,7 @@ int merge_plan(const po::variables_map& v, const std::string& outputs, const cli
     }
   }
   facts.timeseries = folder != nullptr;
-  const replay_options& first = g.grid.points.front().options;
-  const compare_traces traces = load_traces(g.x, first);
-  add_bounds(g.grid.cells, traces, first.model.kv_bytes_per_token_per_gpu());
+  const compare_traces traces = traces_with_bounds(g.x, g.grid);
   const nlohmann::ordered_json summary = summary_json(g.x, g.grid, traces, facts);
   return write_outputs(v, g.x, g.grid, summary, std::move(folder), io, given);
 }
@@ -400,6 +411,8 @@ int cmd_compare(std::span<const std::string> args, const cli_streams& io) {
       return merge_plan(*values, outputs, io);
     }
     const compare_args a = read_compare_args(std::vector<std::string>(args.begin(), args.end()));
+    if (a.values.count("emit") != 0 && a.values.count("plan") == 0) throw usage_error("--emit needs --plan DIR");
+    if (a.values["force"].as<bool>()) throw usage_error("--force goes with --run-point DIR K");
     if (a.values.count("plan") != 0) return write_compare_plan(a, io);
     return run_compare(a, io);
   });

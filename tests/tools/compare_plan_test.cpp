@@ -140,6 +140,8 @@ TEST_CASE("compare plan: a changed trace, a used folder, a bad index or engine a
       {{"compare", "--run-point", plan}, "--run-point DIR K"},
       {{"compare", "--run-point", plan, "0", "--arm", "p=paged"}, "--arm is not one of its options"},
       {{"compare", "--merge", (dir / "nowhere").string()}, "no plan here"},
+      {{"compare", trace.string(), "--arm", "vt=vtensor", "--emit", "parallel"}, "--emit needs --plan DIR"},
+      {{"compare", trace.string(), "--arm", "vt=vtensor", "--force"}, "--force goes with --run-point"},
   };
   for (const auto& [args, names] : cases) {
     CAPTURE(args);
