@@ -70,7 +70,10 @@ po::options_description compare_options() {
       "run-point", po::value<std::vector<std::string>>()->multitoken(),
       "DIR K: replay point K of plan DIR into DIR/results/K.json (a point done already is skipped)")(
       "emit", po::value<std::string>(),
-      "with --plan: also write the command that runs every point: parallel (DIR/run-parallel.sh, GNU parallel)")(
+      "with --plan: also write the command that runs every point: parallel (DIR/run-parallel.sh, GNU parallel) "
+      "or slurm (DIR/run-slurm.sbatch, a job array; runs point 0 here to set each task's time and memory)")(
+      "array-throttle", po::value<std::uint32_t>()->default_value(16),
+      "with --emit slurm: the most tasks of the array that run at once (its %N)")(
       "force", po::bool_switch(), "with --run-point: replay the point even when it is done")(
       "merge", po::value<std::string>(),
       "DIR: render the comparison of plan DIR from its points' results (--out, --json, --report as a run's), "
@@ -147,7 +150,7 @@ compare_args read_compare_args(const std::vector<std::string>& words) {
   a.shared = shared_tokens(parsed);
   const bool no_wall = a.values["no-wall"].as<bool>();
   for (const po::option& opt : parsed.options) {
-    if (opt.string_key == "plan" || opt.string_key == "emit") continue;
+    if (opt.string_key == "plan" || opt.string_key == "emit" || opt.string_key == "array-throttle") continue;
     a.args.insert(a.args.end(), opt.original_tokens.begin(), opt.original_tokens.end());
     if (no_wall && opt.string_key == "jobs") continue;
     for (const std::string& w : opt.original_tokens) a.command += " " + shell_quoted(w);
@@ -236,19 +239,41 @@ int write_compare_plan(const compare_args& a, const cli_streams& io) {
   }
   for (const point& p : grid.points) m.point_ids.push_back(p.id);
   const std::filesystem::path dir = v["plan"].as<std::string>();
-  std::optional<std::string> script;
-  if (v.count("emit") != 0) {  // absolute paths: the script runs from anywhere, on any host
-    if (v["emit"].as<std::string>() != "parallel")
-      throw usage_error(fmt::format("--emit {}: not an engine (parallel)", v["emit"].as<std::string>()));
-    script = parallel_script(std::filesystem::absolute(dir).lexically_normal(),
-                             std::filesystem::read_symlink("/proc/self/exe").string(), grid.points.size());
+  const std::string engine = v.count("emit") != 0 ? v["emit"].as<std::string>() : "";
+  if (!engine.empty() && engine != "parallel" && engine != "slurm")
+    throw usage_error(fmt::format("--emit {}: not an engine (parallel, slurm)", engine));
+  const unsigned throttle = v["array-throttle"].as<std::uint32_t>();
+  if (!v["array-throttle"].defaulted() && engine != "slurm")
+    throw usage_error("--array-throttle goes with --emit slurm");
+  if (throttle == 0) throw usage_error("--array-throttle 0: at least one task must run");
+  // Absolute paths in a script: it runs from anywhere, on any host.
+  const std::filesystem::path where = std::filesystem::absolute(dir).lexically_normal();
+  const std::string binary = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<task_cost> measured;
+  write_plan(dir, m, x, grid, [&](const std::filesystem::path& temp) {
+    if (engine == "parallel")
+      write_script(temp / "run-parallel.sh", parallel_script(where, binary, grid.points.size()));
+    if (engine != "slurm") return;
+    // Point 0 run here, as a task runs it, in the plan being written: its result stays (the array
+    // skips it) and its cost sets the tasks' limits.
+    std::filesystem::create_directory(temp / "slurm");
+    measured.push_back(measure_point(binary, temp, 0, temp / "slurm" / "measured-0.out"));
+    write_script(temp / "run-slurm.sbatch", slurm_script(where, binary, grid.points.size(), throttle, measured));
+  });
+  std::string how;
+  if (engine == "parallel") how = fmt::format("\nor every one with GNU parallel: sh {}/run-parallel.sh", dir.string());
+  if (engine == "slurm") {
+    const slurm_limits l = slurm_limits_of(measured);
+    how = fmt::format(
+        "\nor every one as a Slurm job array: sbatch {}/run-slurm.sbatch\n(point 0 done here in {:.1f} s, peak {} "
+        "MiB: each task is given {} min and {} MiB; edit the script to change them)",
+        dir.string(), measured.front().wall_seconds, measured.front().peak_bytes >> 20, l.minutes, l.mebibytes);
   }
-  write_plan(dir, m, x, grid, script);
   io.out << fmt::format(
       "plan {}: {} points ({} arms x {} cells); run each with\n  vtensor compare --run-point {} K"
       "   (K = 0 to {}){}\nthen: vtensor compare --merge {} --out OUT\n",
-      dir.string(), grid.points.size(), x.arms.size(), grid.cells.size(), dir.string(), grid.points.size() - 1,
-      script ? fmt::format("\nor every one with GNU parallel: sh {}/run-parallel.sh", dir.string()) : "", dir.string());
+      dir.string(), grid.points.size(), x.arms.size(), grid.cells.size(), dir.string(), grid.points.size() - 1, how,
+      dir.string());
   return exit_success;
 }
 
@@ -358,6 +383,12 @@ int merge_plan(const po::variables_map& v, const std::string& outputs, const cli
         missing.size(), g.grid.points.size(), fmt::join(missing, "\n"));
     for (const std::size_t k : rerun)
       given.err << fmt::format("  vtensor compare --run-point {} {}\n", dir.string(), k);
+    if (std::filesystem::exists(dir / "run-slurm.sbatch"))
+      given.err << fmt::format("or as a job array of those: sbatch --array={} {}/run-slurm.sbatch\n",
+                               fmt::join(rerun, ","), dir.string());
+    if (std::filesystem::exists(dir / "run-parallel.sh"))
+      given.err << fmt::format("or with GNU parallel (its job log reruns what failed): sh {}/run-parallel.sh\n",
+                               dir.string());
     return exit_failure;
   }
   auto [io, folder] = open_compare_outputs(v, given);

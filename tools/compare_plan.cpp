@@ -6,11 +6,20 @@
 #include "tools/compare_output.hpp"
 #include "tools/compare_run.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -34,6 +43,8 @@
 // the grid and renders through the same code as a single run, so that with --no-wall its
 // outputs are byte-identical to `compare --out` on one machine. nlohmann's numbers round-trip
 // (doubles are written with the shortest digits that read back to the same value).
+
+extern char** environ;  // NOLINT: POSIX's, passed on to a measured task
 
 namespace nlohmann {
 template <>
@@ -139,7 +150,7 @@ fs::path point_result_path(const fs::path& dir, std::size_t k) { return dir / "r
 fs::path point_timeseries_dir(const fs::path& dir) { return dir / "timeseries"; }
 
 void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x, const compare_grid& grid,
-                const std::optional<std::string>& script) {
+                const std::function<void(const fs::path&)>& before_commit) {
   if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
     throw usage_error(fmt::format(
         "--plan {}: exists and is not an empty folder (a plan's results would be lost): remove it or name another",
@@ -171,12 +182,13 @@ void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x
     e["result"] = point_result_path(fs::path("."), k).lexically_normal().string();
     write_file(folder.temp() / "points" / fmt::format("{}.json", k), e.dump(2) + "\n");
   }
-  if (script) {
-    write_file(folder.temp() / "run-parallel.sh", *script);
-    fs::permissions(folder.temp() / "run-parallel.sh",
-                    fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
-  }
+  if (before_commit) before_commit(folder.temp());
   folder.commit();
+}
+
+void write_script(const fs::path& path, const std::string& text) {
+  write_file(path, text);
+  fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
 }
 
 // Single-quoted for sh.
@@ -203,6 +215,87 @@ std::string parallel_script(const fs::path& dir, const std::string& binary, std:
       "exec parallel --joblog {1}/parallel.joblog --resume-failed \"$@\" {2} compare --run-point {1} '{{}}' ::: $(seq "
       "0 {3})\n",
       points, d, b, points - 1);
+}
+
+task_cost measure_point(const std::string& binary, const fs::path& dir, std::size_t k, const fs::path& log) {
+  const std::string index = std::to_string(k), folder = dir.string();
+  std::vector<std::string> words = {binary, "compare", "--run-point", folder, index};
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0)
+    throw std::runtime_error(fmt::format("cannot start {} to measure point {}: {}", binary, k, std::strerror(spawned)));
+  int status = 0;
+  rusage usage{};
+  while (wait4(pid, &status, 0, &usage) < 0) {
+    if (errno != EINTR) throw std::runtime_error(fmt::format("waiting for point {}: {}", k, std::strerror(errno)));
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw std::runtime_error(fmt::format(
+        "point {} failed when measured ({}): see {}", k,
+        WIFEXITED(status) ? fmt::format("exit {}", WEXITSTATUS(status)) : fmt::format("signal {}", WTERMSIG(status)),
+        log.string()));
+  }
+  return {k, wall, static_cast<std::uint64_t>(usage.ru_maxrss) * 1024};  // ru_maxrss: KiB on Linux
+}
+
+slurm_limits slurm_limits_of(const std::vector<task_cost>& measured) {
+  double wall = 0;
+  std::uint64_t peak = 0;
+  for (const task_cost& c : measured) {
+    wall = std::max(wall, c.wall_seconds);
+    peak = std::max(peak, c.peak_bytes);
+  }
+  constexpr std::uint64_t mib = 1 << 20;
+  slurm_limits l;
+  l.minutes = std::max<std::uint64_t>(5, static_cast<std::uint64_t>(std::ceil(3 * wall / 60)));
+  l.mebibytes = static_cast<std::uint64_t>(std::ceil(1.5 * static_cast<double>(peak) / mib)) + 256;
+  return l;
+}
+
+std::string slurm_script(const fs::path& dir, const std::string& binary, std::size_t points, unsigned throttle,
+                         const std::vector<task_cost>& measured) {
+  const std::string d = sh_quoted(dir.string()), b = sh_quoted(binary);
+  const slurm_limits l = slurm_limits_of(measured);
+  std::string costs;
+  for (const task_cost& c : measured)
+    costs += fmt::format("#   point {}: {:.1f} s, peak {} MiB\n", c.point, c.wall_seconds, c.peak_bytes >> 20);
+  // #SBATCH lines take no quoting: the log folder is written as is (a path with spaces would
+  // break it; sbatch refuses the script then, before any task runs).
+  return fmt::format(
+      "#!/bin/sh\n"
+      "# The {0} points of the vtensor compare plan in {8} as one Slurm job array (written by\n"
+      "# `vtensor compare ... --plan DIR --emit slurm`; Note [Plans] in tools/compare_plan.cpp).\n"
+      "# Submit: sbatch {8}/run-slurm.sbatch   (tasks' logs: {8}/slurm/)\n"
+      "# After a failure submit it again: a point already done is skipped; or only the points that\n"
+      "# `vtensor compare --merge` names: sbatch --array=3,7 {8}/run-slurm.sbatch\n"
+      "# Each node needs this binary and the traces at the same paths and the plan folder shared (a\n"
+      "# shared file system): every task checks both checksums and writes its result there.\n"
+      "# Limits per task: DEFAULTS TO EDIT. Measured on the planning machine, each a task run alone:\n"
+      "{2}"
+      "# --time is 3x the longest (at least 5 minutes) and --mem 1.5x the largest peak + 256 MiB: an\n"
+      "# assumption (the points of a plan differ by arm, budget and load; nodes differ in speed).\n"
+      "# %{3} runs at most {3} tasks at once.\n"
+      "# Then: {9} compare --merge {8} --out OUT\n"
+      "#SBATCH --job-name=vtensor-plan\n"
+      "#SBATCH --array=0-{5}%{3}\n"
+      "#SBATCH --ntasks=1\n"
+      "#SBATCH --cpus-per-task=1\n"
+      "#SBATCH --time={6}\n"
+      "#SBATCH --mem={7}M\n"
+      "#SBATCH --output={8}/slurm/%A_%a.out\n"
+      "exec {4} compare --run-point {1} \"$SLURM_ARRAY_TASK_ID\"\n",
+      points, d, costs, throttle, b, points - 1, l.minutes, l.mebibytes, dir.string(), binary);
 }
 
 plan_manifest read_manifest(const fs::path& dir) {

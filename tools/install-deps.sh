@@ -19,10 +19,11 @@ packages=(
 )
 
 # `--fuzz`: also what the test command (tools/test-all.sh) needs beyond the build: what
-# tools/fuzz.sh needs (clang with libFuzzer and the sanitizer runtimes), and the browser the report
-# is opened in (tests/tools/report_in_browser.py; without it those cases are skipped).
+# tools/fuzz.sh needs (clang with libFuzzer and the sanitizer runtimes), the browser the report
+# is opened in (tests/tools/report_in_browser.py; without it those cases are skipped), and a
+# single-node Slurm with munge that runs a plan's job array for real (tools/slurm-local.sh).
 if [ "${1:-}" = "--fuzz" ]; then
-  packages+=(clang-14 libclang-rt-14-dev chromium)
+  packages+=(clang-14 libclang-rt-14-dev chromium slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

@@ -11,8 +11,11 @@
 #      and again through code the other cases cover (compare's `--jobs` identity, 170 s; the
 #      Azure trace's zero hit rate, 78 s; replay's byte-identical outputs, 69 s; capacity's
 #      search on the excerpt, about 30 replays, over 15 minutes; its replica search and three
-#      compare-plan cases, each a dozen or more replays with invariant checks, 200-270 s: the plan
-#      refusals run here): the release stage runs them, and the other replay tests, goldens included, run here; any
+#      compare-plan cases, each a dozen or more replays with invariant checks, 200-270 s, and the
+#      local Slurm one: the plan refusals run here): the release stage runs them, and the other
+#      replay tests, goldens included, run here, the fault soaks at half their operations
+#      (VTENSOR_SOAK_OPS=2500: 40-56 s each under the sanitizer at 5000; the release stage runs
+#      all 5000; each case still asserts pressure at 2500); any
 #      sanitizer report failing its test (halt_on_error, leaks checked at exit). Both sanitizer
 #      builds keep only line tables (-g1, CMakePresets.json): a third less compile time, and
 #      the reports still name file and line;
@@ -48,8 +51,8 @@ if has asan; then
   stamp "AddressSanitizer + UBSan suite"
   cmake --preset asan -DVTENSOR_BUILD_BENCH=OFF >/dev/null
   cmake --build build-asan --target vtensor_tests
-  ctest --test-dir build-asan --output-on-failure -j2 --timeout 1800 \
-    -E 'replay identity: (kv-split|token-major|kv-fused, no)|whole Mooncake|whatever --jobs is|without prefix identity, has a hit rate|same input and seed give byte-identical|capacity: on the excerpt|capacity: --fewest-replicas|compare plan: (points run|merge names|GNU parallel)'
+  VTENSOR_SOAK_OPS=2500 ctest --test-dir build-asan --output-on-failure -j2 --timeout 1800 \
+    -E 'replay identity: (kv-split|token-major|kv-fused, no)|whole Mooncake|whatever --jobs is|without prefix identity, has a hit rate|same input and seed give byte-identical|capacity: on the excerpt|capacity: --fewest-replicas|compare plan: (points run|merge names|GNU parallel|a local Slurm)'
 fi
 
 if has tsan; then

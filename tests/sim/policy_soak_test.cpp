@@ -171,8 +171,8 @@ void soak_policy(const std::string& name) {
 }
 
 // Every eviction order on a policy with a prefix cache, under a budget (so that it evicts), for
-// an eighth of the soak's operations each: the invariants (the order's candidates are exactly the
-// cache's evictable items) after every operation, and nothing left held at the end.
+// an eighth of the soak's operations each (at least 625, which reach the budget): the invariants (the order's
+// candidates are exactly the cache's evictable items) after every operation, and nothing left held at the end.
 void soak_orders(const std::string& name) {
   for (const std::string& order : eviction_order_names()) {
     option_texts texts{{"eviction", order}};
@@ -180,7 +180,7 @@ void soak_orders(const std::string& name) {
     if (order == "priority") texts["eviction-pin-tokens"] = "1024";
     INFO("policy " << name << ", eviction " << order);
     const soak_figures f =
-        soak(choose_policy(name, texts), 3 * k_gib, 99, std::max<std::uint64_t>(soak_ops() / 8, 200));
+        soak(choose_policy(name, texts), 3 * k_gib, 99, std::max<std::uint64_t>(soak_ops() / 8, 625));
     CHECK(f.admitted > 0);
     CHECK(f.refused + f.grow_refused > 0);
   }

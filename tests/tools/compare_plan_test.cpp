@@ -4,6 +4,7 @@
 // another build, a used folder and bad indices are refused.
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -142,6 +143,12 @@ TEST_CASE("compare plan: a changed trace, a used folder, a bad index or engine a
       {{"compare", "--merge", (dir / "nowhere").string()}, "no plan here"},
       {{"compare", trace.string(), "--arm", "vt=vtensor", "--emit", "parallel"}, "--emit needs --plan DIR"},
       {{"compare", trace.string(), "--arm", "vt=vtensor", "--force"}, "--force goes with --run-point"},
+      {{"compare", trace.string(), "--arm", "vt=vtensor", "--plan", (dir / "p4").string(), "--emit", "parallel",
+        "--array-throttle", "4"},
+       "--array-throttle goes with --emit slurm"},
+      {{"compare", trace.string(), "--arm", "vt=vtensor", "--plan", (dir / "p5").string(), "--emit", "slurm",
+        "--array-throttle", "0"},
+       "--array-throttle 0"},
   };
   for (const auto& [args, names] : cases) {
     CAPTURE(args);
@@ -151,6 +158,8 @@ TEST_CASE("compare plan: a changed trace, a used folder, a bad index or engine a
   }
   CHECK(!fs::exists(dir / "p2"));
   CHECK(!fs::exists(dir / "p3"));
+  CHECK(!fs::exists(dir / "p4"));
+  CHECK(!fs::exists(dir / "p5"));
   std::ofstream(trace, std::ios::app) << "\n";  // the trace changes after planning
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"compare", "--run-point", plan, "0"}, {"compare", "--merge", plan}}) {
@@ -188,6 +197,72 @@ TEST_CASE("compare plan: GNU parallel runs the emitted script, a second run does
   CHECK(slurp(dir / "one" / "s.json") != "");
   // summary.json names the command: the run's has --jobs left out (--no-wall), the merge's is the
   // plan's arguments; both then name the same outputs.
+  CHECK(slurp(dir / "one" / "s.json") == slurp(dir / "two" / "s.json"));
+  check_same_tree(dir / "one" / "out", dir / "two" / "out");
+}
+
+// A local Slurm cluster (tools/slurm-local.sh: Debian's slurmctld, slurmd and munge, started as
+// root and stopped by their pids) runs the emitted job array; a point lost afterwards is named by
+// the merge with the sbatch line that reruns it alone, and that line completes the merge, which
+// is then --jobs 2's single run byte for byte.
+TEST_CASE(
+    "compare plan: a local Slurm runs the emitted job array, a lost point is rerun alone, the merge is --jobs 2's") {
+  if (std::system("command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1") != 0 ||
+      ::geteuid() != 0) {
+    MESSAGE("SLURM_SKIP: needs root and Slurm with munge (tools/install-deps.sh --fuzz installs them)");
+    return;
+  }
+  const fs::path dir = vtensor::testing::scratch_dir("plan_slurm");
+  const std::string d = dir.string(), bin = VTENSOR_BINARY, source = VTENSOR_SOURCE_DIR,
+                    trace = vtensor::testing::bundled_trace("mooncake_conversation_excerpt.jsonl");
+  const std::string script = source + "/tools/slurm-local.sh", state = d + "/slurm-state";
+  // The daemons are stopped however the test ends.
+  struct cluster {
+    std::string stop;
+    ~cluster() { (void)std::system(stop.c_str()); }
+  } const up{script + " stop " + state + " > /dev/null 2>&1"};
+  REQUIRE(std::system((script + " start " + state + " > " + d + "/start.log 2>&1").c_str()) == 0);
+  const std::string env = "SLURM_CONF=" + state + "/slurm.conf ";
+  const std::string args =
+      " compare " + trace + " --arm vt=vtensor --arm paged=paged --memory 16GiB,unlimited --max-requests 120 --no-wall";
+  REQUIRE(std::system(("cd " + d + " && mkdir -p one && cd one && " + bin + args +
+                       " --jobs 2 --out out --json s.json > table.txt")
+                          .c_str()) == 0);
+  REQUIRE(std::system(
+              ("cd " + d + " && " + bin + args + " --plan plan --emit slurm --array-throttle 2 > plan.txt").c_str()) ==
+          0);
+  const std::string sbatch = slurp(dir / "plan" / "run-slurm.sbatch");
+  CHECK(sbatch.find("#SBATCH --array=0-3%2\n") != std::string::npos);
+  CHECK(sbatch.find("#SBATCH --time=5\n") != std::string::npos);  // point 0 takes well under 100 s
+  CHECK(sbatch.find("#SBATCH --mem=") != std::string::npos);
+  CHECK(fs::is_regular_file(dir / "plan" / "results" / "0.json"));  // measured while planning, kept
+  // sbatch --wait returns when every task has ended, non-zero when one failed.
+  REQUIRE(std::system((env + "sbatch --wait " + d + "/plan/run-slurm.sbatch > " + d + "/sbatch.log 2>&1").c_str()) ==
+          0);
+  for (int k = 0; k < 4; ++k) CHECK(fs::is_regular_file(dir / "plan" / "results" / (std::to_string(k) + ".json")));
+  std::size_t logs = 0;
+  for (const auto& e : fs::directory_iterator(dir / "plan" / "slurm")) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("measured")) continue;
+    ++logs;
+    if (name.ends_with("_0.out")) CHECK(slurp(e.path()).find("done already") != std::string::npos);
+  }
+  CHECK(logs == 4);
+
+  fs::remove(dir / "plan" / "results" / "3.json");
+  // The real binary merges (a plan is the build's that made it).
+  CHECK(std::system(
+            (bin + " compare --merge " + d + "/plan --json " + d + "/lost.json 2> " + d + "/lost.txt").c_str()) != 0);
+  CHECK(slurp(dir / "lost.txt").find("sbatch --array=3 " + d + "/plan/run-slurm.sbatch\n") != std::string::npos);
+  CHECK(!fs::exists(dir / "lost.json"));
+  REQUIRE(std::system(
+              (env + "sbatch --wait --array=3 " + d + "/plan/run-slurm.sbatch > " + d + "/sbatch2.log 2>&1").c_str()) ==
+          0);
+  CHECK(fs::is_regular_file(dir / "plan" / "results" / "3.json"));
+  REQUIRE(std::system(("cd " + d + " && mkdir -p two && cd two && " + bin + " compare --merge " + d +
+                       "/plan --out out --json s.json > table.txt")
+                          .c_str()) == 0);
+  CHECK(slurp(dir / "one" / "table.txt") == slurp(dir / "two" / "table.txt"));
   CHECK(slurp(dir / "one" / "s.json") == slurp(dir / "two" / "s.json"));
   check_same_tree(dir / "one" / "out", dir / "two" / "out");
 }
