@@ -7,6 +7,8 @@
 #include "tools/capacity.hpp"
 #include "tools/cli.hpp"
 #include "tools/compare_experiment.hpp"
+#include "tools/compare_output.hpp"
+#include "tools/compare_plan.hpp"
 #include "tools/compare_run.hpp"
 #include "tools/replay_options.hpp"
 
@@ -17,6 +19,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -55,6 +59,8 @@ po::options_description capacity_table() {
                                                           "replays at once (0: the machine's cores)")(
       "json", po::value<std::string>(), "write the searches, every probe included, to FILE (- : standard output)")(
       "no-wall", po::bool_switch(), "leave wall_seconds out (byte-comparable runs)");
+  o.add(plan_options("capacity search", "run search K (an arm in a cell)", "print the capacities",
+                     "(--json as a run's)"));
   po::options_description table("options");
   table.add(o).add(shared_option_table());
   return table;
@@ -123,7 +129,11 @@ void run_searches(const experiment& x, const std::vector<std::string>& shared, c
     }
     if (probes.empty()) return;
     compare_grid g = make_probe_grid(round, shared, probes);
-    if (!traces) traces = load_traces(x, g.points.front().options);
+    if (!traces) {  // one search (a plan's task): its trace only
+      const std::optional<std::size_t> only =
+          searches.size() == 1 ? std::optional(searches.front().trace) : std::nullopt;
+      traces = load_traces(x, g.points.front().options, only);
+    }
     run_points(g, *traces, std::nullopt, jobs, io, limits);
     for (std::size_t j = 0; j < probes.size(); ++j) {
       search& s = searches[owners[j]];
@@ -153,30 +163,42 @@ void run_searches(const experiment& x, const std::vector<std::string>& shared, c
   }
 }
 
-int run_capacity(const po::variables_map& v, const std::vector<std::string>& shared, const cli_streams& given) {
-  if (v.count("slo") == 0) throw usage_error("--slo is required, e.g. --slo 'ttft_p90<=5s,tpot_p99<=100ms'");
-  const slo objective = parse_slo(v["slo"].as<std::string>());
+// A capacity run's settings read and checked, and its searches (an arm in a cell each), in the
+// order the table prints them.
+struct capacity_setup {
+  slo objective;
   std::optional<double> goodput;
+  capacity_search bounds;
+  experiment x;
+  std::optional<replica_search> fewest;
+  std::vector<search> searches;
+  unsigned jobs = 1;
+};
+
+capacity_setup setup_capacity(const po::variables_map& v) {
+  capacity_setup c;
+  if (v.count("slo") == 0) throw usage_error("--slo is required, e.g. --slo 'ttft_p90<=5s,tpot_p99<=100ms'");
+  c.objective = parse_slo(v["slo"].as<std::string>());
+  std::optional<double>& goodput = c.goodput;
   if (v.count("goodput") != 0) {
     goodput = v["goodput"].as<double>();
     if (!(*goodput > 0 && *goodput <= 1)) throw usage_error("--goodput must be a fraction in (0, 1]");
   }
-  capacity_search bounds;
+  capacity_search& bounds = c.bounds;
   bounds.tolerance = v["tolerance"].as<double>();
   bounds.min_load = v["min-load"].as<double>();
   bounds.max_load = v["max-load"].as<double>();
   if (!(bounds.tolerance > 0 && bounds.tolerance < 1)) throw usage_error("--tolerance must be between 0 and 1");
   if (!(bounds.min_load > 0 && bounds.min_load <= 1 && bounds.max_load >= 1 && std::isfinite(bounds.max_load)))
     throw usage_error("--min-load must be in (0, 1] and --max-load at least 1");
-  const experiment x = read_experiment(v, bundled_trace_path());
+  c.x = read_experiment(v, bundled_trace_path());
+  const experiment& x = c.x;
   if (x.time_scale.size() != 1 || x.time_scale.front() != 1.0)
     throw usage_error("capacity searches the time scale itself: the experiment file's time_scale axis is not used");
-  const bool json_on_stdout = v.count("json") != 0 && v["json"].as<std::string>() == "-";
-  const cli_streams io{json_on_stdout ? given.err : given.out, given.err};
-  unsigned jobs = v["jobs"].as<std::uint32_t>();
-  if (jobs == 0) jobs = std::max(1u, std::thread::hardware_concurrency());
+  c.jobs = v["jobs"].as<std::uint32_t>();
+  if (c.jobs == 0) c.jobs = std::max(1u, std::thread::hardware_concurrency());
 
-  std::optional<replica_search> fewest;
+  std::optional<replica_search>& fewest = c.fewest;
   if (v.count("fewest-replicas") != 0) {
     fewest = replica_search{};
     fewest->max_replicas = v["fewest-replicas"].as<std::uint32_t>();
@@ -187,19 +209,28 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
     if (v.count("min-load") != 0 && !v["min-load"].defaulted())
       throw usage_error("--fewest-replicas replays at the trace's own rate: --max-load and --min-load do not apply");
   }
-  std::vector<search> searches;
   for (std::size_t t = 0; t < x.traces.size(); ++t) {
     for (std::size_t k = 0; k < x.kernel_factors.size(); ++k) {
       for (std::size_t r = 0; r < x.replicas.size(); ++r) {
         for (std::size_t m = 0; m < x.memory.size(); ++m) {
-          for (std::size_t a = 0; a < x.arms.size(); ++a) searches.push_back({a, m, k, t, r, bounds, fewest, {}, {}});
+          for (std::size_t a = 0; a < x.arms.size(); ++a) c.searches.push_back({a, m, k, t, r, bounds, fewest, {}, {}});
         }
       }
     }
   }
-  const auto wall_start = std::chrono::steady_clock::now();
-  run_searches(x, shared, objective, goodput, searches, jobs, io);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return c;
+}
+
+// The table and --json of finished searches; `wall`: the searches' replays, wherever they ran.
+int render_capacity(const po::variables_map& v, const capacity_setup& setup, double wall, const cli_streams& given) {
+  const bool json_on_stdout = v.count("json") != 0 && v["json"].as<std::string>() == "-";
+  const cli_streams io{json_on_stdout ? given.err : given.out, given.err};
+  const experiment& x = setup.x;
+  const slo& objective = setup.objective;
+  const std::optional<double>& goodput = setup.goodput;
+  const capacity_search& bounds = setup.bounds;
+  const std::optional<replica_search>& fewest = setup.fewest;
+  const std::vector<search>& searches = setup.searches;
 
   std::size_t base = 0;
   for (std::size_t a = 0; a < x.arms.size(); ++a) {
@@ -304,6 +335,207 @@ int run_capacity(const po::variables_map& v, const std::vector<std::string>& sha
   return exit_success;
 }
 
+int run_capacity(const po::variables_map& v, const std::vector<std::string>& shared, const cli_streams& given) {
+  capacity_setup c = setup_capacity(v);
+  const bool json_on_stdout = v.count("json") != 0 && v["json"].as<std::string>() == "-";
+  const cli_streams io{json_on_stdout ? given.err : given.out, given.err};
+  const auto wall_start = std::chrono::steady_clock::now();
+  run_searches(c.x, shared, c.objective, c.goodput, c.searches, c.jobs, io);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return render_capacity(v, c, wall, given);
+}
+
+// A capacity run's arguments read: the options, the shared settings as typed, and the arguments
+// again without the plan's own options (what a plan's manifest keeps).
+struct capacity_args {
+  po::variables_map values;
+  std::vector<std::string> shared;
+  std::vector<std::string> args;
+};
+
+capacity_args read_capacity_args(const std::vector<std::string>& words) {
+  po::positional_options_description positional;
+  positional.add("trace", -1);
+  const po::options_description table = capacity_table();  // the parsed options point into it
+  const po::parsed_options parsed = po::command_line_parser(words).options(table).positional(positional).run();
+  capacity_args a;
+  po::store(parsed, a.values);
+  po::notify(a.values);
+  a.shared = shared_tokens(parsed);
+  for (const po::option& opt : parsed.options) {
+    if (opt.string_key == "plan" || opt.string_key == "emit" || opt.string_key == "array-throttle") continue;
+    a.args.insert(a.args.end(), opt.original_tokens.begin(), opt.original_tokens.end());
+  }
+  return a;
+}
+
+std::string search_id(const experiment& x, const search& s) {
+  std::string id = fmt::format("{}@memory={},kernel_factors={},trace={}", x.arms[s.arm].name, x.memory[s.memory],
+                               x.kernel_factors[s.kernel_factors], s.trace);
+  if (x.names_replicas()) id += fmt::format(",replicas={}", x.replicas[s.replicas]);
+  return id;
+}
+
+nlohmann::ordered_json or_null(const auto& o) {
+  return o ? nlohmann::ordered_json(*o) : nlohmann::ordered_json(nullptr);
+}
+template <typename T>
+std::optional<T> optional_of(const nlohmann::ordered_json& j) {
+  return j.is_null() ? std::nullopt : std::optional<T>(j.get<T>());
+}
+
+// A finished search as a plan's result, and back: the search's state (what the table and the JSON
+// read), its probes and the figures at capacity, and the wall time its replays took.
+nlohmann::ordered_json search_result_json(const std::string& id, const search& s, double wall) {
+  nlohmann::ordered_json j = {{"id", id}};
+  if (s.fewest) {
+    j["fewest"] = {
+        {"met", or_null(s.fewest->met)}, {"failed", or_null(s.fewest->failed)}, {"replays", s.fewest->replays}};
+  } else {
+    j["bracket"] = {
+        {"met", or_null(s.bracket.met)}, {"failed", or_null(s.bracket.failed)}, {"replays", s.bracket.replays}};
+  }
+  j["probes"] = s.probes;
+  j["at_capacity"] = s.at_capacity;
+  j["wall_seconds"] = wall;
+  return j;
+}
+
+double read_search_result(const nlohmann::ordered_json& j, const std::string& id, search& s) {
+  if (j.at("id").get<std::string>() != id)
+    throw std::invalid_argument(fmt::format("holds search {}, not {}", j.at("id").get<std::string>(), id));
+  if (s.fewest) {
+    const auto& f = j.at("fewest");
+    s.fewest->met = optional_of<std::uint32_t>(f.at("met"));
+    s.fewest->failed = optional_of<std::uint32_t>(f.at("failed"));
+    s.fewest->replays = f.at("replays").get<std::size_t>();
+  } else {
+    const auto& b = j.at("bracket");
+    s.bracket.met = optional_of<double>(b.at("met"));
+    s.bracket.failed = optional_of<double>(b.at("failed"));
+    s.bracket.replays = b.at("replays").get<std::size_t>();
+  }
+  s.probes = j.at("probes");
+  s.at_capacity = j.at("at_capacity");
+  return j.at("wall_seconds").get<double>();
+}
+
+// A plan's settings and searches, rebuilt from its manifest's arguments and checked against the
+// searches it lists.
+struct capacity_plan {
+  plan_manifest manifest;
+  capacity_args args;
+  capacity_setup setup;
+  std::vector<std::string> ids;
+};
+
+capacity_plan rebuild_capacity_plan(const std::filesystem::path& dir) {
+  capacity_plan p;
+  p.manifest = read_manifest(dir, "capacity");
+  p.args = read_capacity_args(p.manifest.args);
+  p.setup = setup_capacity(p.args.values);
+  for (const search& s : p.setup.searches) p.ids.push_back(search_id(p.setup.x, s));
+  if (p.ids != p.manifest.point_ids)
+    throw usage_error(fmt::format("plan {}: its arguments no longer make the searches it lists", dir.string()));
+  return p;
+}
+
+// --plan DIR: the searches, checked as a run checks them, written as a plan (Note [Plans] in
+// tools/compare_plan.cpp): one task per search.
+int write_capacity_plan(const capacity_args& a, const cli_streams& io) {
+  if (a.values.count("json") != 0) throw usage_error("--plan writes no capacities: give --json to --merge");
+  const capacity_setup c = setup_capacity(a.values);
+  std::vector<std::string> ids;
+  std::vector<nlohmann::ordered_json> files;
+  for (const search& s : c.searches) {
+    ids.push_back(search_id(c.x, s));
+    nlohmann::ordered_json f = {{"index", files.size()}, {"id", ids.back()}};
+    f["arm"] = {
+        {"name", c.x.arms[s.arm].name}, {"policy", c.x.arms[s.arm].policy}, {"options", c.x.arms[s.arm].options}};
+    f["cell"] = {{"memory", c.x.memory[s.memory]},
+                 {"kernel_factors", c.x.kernel_factors[s.kernel_factors]},
+                 {"trace", c.x.traces[s.trace]},
+                 {"replicas", c.x.replicas[s.replicas]}};
+    f["result"] = fmt::format("results/{}.json", files.size());
+    files.push_back(std::move(f));
+  }
+  std::string command = "vtensor capacity";
+  for (const std::string& w : a.args) command += " " + w;
+  const plan_manifest m = make_manifest("capacity", a.args, command, c.x.traces, std::move(ids));
+  const plan_engine engine = engine_of(a.values, {0});
+  const std::filesystem::path dir = a.values["plan"].as<std::string>();
+  const std::vector<task_cost> measured = write_plan(dir, m, files, engine);
+  io.out << plan_written(dir, m, engine, measured);
+  return exit_success;
+}
+
+// --run-point DIR K: search K alone, its result written whole or not at all.
+int run_capacity_point(const po::variables_map& v, const cli_streams& io) {
+  only_plan_options(v, {"run-point", "force"}, "--run-point");
+  const auto words = v["run-point"].as<std::vector<std::string>>();
+  if (words.empty()) throw usage_error("--run-point takes a plan folder and a point index: --run-point DIR K");
+  const std::filesystem::path dir = words[0];
+  capacity_plan p = rebuild_capacity_plan(dir);
+  const std::size_t k = point_index(words, p.ids.size());
+  search& s = p.setup.searches[k];
+  check_plan(p.manifest, dir, {p.setup.x.traces[s.trace]});
+  const std::filesystem::path result = point_result_path(dir, k);
+  if (!v["force"].as<bool>() && std::filesystem::exists(result)) {
+    try {
+      search done = s;
+      (void)read_search_result(nlohmann::ordered_json::parse(std::ifstream(result)), p.ids[k], done);
+      io.out << fmt::format("point {} ({}): done already ({}; --force runs it again)\n", k, p.ids[k], result.string());
+      return exit_success;
+    } catch (const std::exception&) {  // unreadable: searched again below
+    }
+  }
+  std::vector<search> one = {s};
+  const auto wall_start = std::chrono::steady_clock::now();
+  run_searches(p.setup.x, p.args.shared, p.setup.objective, p.setup.goodput, one, 1, io);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  write_file(result, search_result_json(p.ids[k], one.front(), wall).dump(1) + "\n");
+  io.out << fmt::format("point {} ({}): searched in {} replays, {:.1f} s -> {}\n", k, p.ids[k],
+                        one.front().fewest ? one.front().fewest->replays : one.front().bracket.replays, wall,
+                        result.string());
+  return exit_success;
+}
+
+// --merge DIR: the capacities from the searches' results, or the searches not done.
+int merge_capacity_plan(const po::variables_map& v, const cli_streams& given) {
+  only_plan_options(v, {"merge", "json"}, "--merge");
+  const std::filesystem::path dir = v["merge"].as<std::string>();
+  capacity_plan p = rebuild_capacity_plan(dir);
+  check_plan(p.manifest, dir);
+  std::vector<std::string> missing;
+  std::vector<std::size_t> rerun;
+  double wall = 0;
+  for (std::size_t k = 0; k < p.ids.size(); ++k) {
+    const std::filesystem::path result = point_result_path(dir, k);
+    std::string why;
+    if (!std::filesystem::exists(result)) {
+      why = "not run";
+    } else {
+      try {
+        wall += read_search_result(nlohmann::ordered_json::parse(std::ifstream(result)), p.ids[k], p.setup.searches[k]);
+      } catch (const std::exception& e) {
+        why = fmt::format("unreadable: {}", e.what());
+      }
+    }
+    if (!why.empty()) {
+      missing.push_back(fmt::format("  {} ({}): {}", k, p.ids[k], why));
+      rerun.push_back(k);
+    }
+  }
+  if (!missing.empty()) {
+    given.err << missing_points(dir, p.manifest, missing, rerun);
+    return exit_failure;
+  }
+  po::variables_map outputs = p.args.values;  // the plan's settings, the merge's --json
+  outputs.erase("json");
+  if (v.count("json") != 0) outputs.insert({"json", v["json"]});
+  return render_capacity(outputs, p.setup, wall, given);
+}
+
 }  // namespace
 
 int cmd_capacity(std::span<const std::string> args, const cli_streams& io) {
@@ -321,10 +553,12 @@ int cmd_capacity(std::span<const std::string> args, const cli_streams& io) {
         "Example: vtensor capacity trace.jsonl --arm vt=vtensor --arm paged=paged --slo 'ttft_p90<=5s'",
         capacity_table(), positional, args, io);
     if (!values) return exit_success;
-    const std::vector<std::string> words(args.begin(), args.end());
-    const po::parsed_options parsed =
-        po::command_line_parser(words).options(capacity_table()).positional(positional).run();
-    return run_capacity(*values, shared_tokens(parsed), io);
+    if (values->count("run-point") != 0) return run_capacity_point(*values, io);
+    if (values->count("merge") != 0) return merge_capacity_plan(*values, io);
+    const capacity_args a = read_capacity_args(std::vector<std::string>(args.begin(), args.end()));
+    check_plan_options(a.values);
+    if (a.values.count("plan") != 0) return write_capacity_plan(a, io);
+    return run_capacity(a.values, a.shared, io);
   });
 }
 

@@ -64,21 +64,7 @@ po::options_description compare_options() {
       "tie", po::value<std::string>(),
       "FRACTION: differences from the baseline within it are ties in the verdicts, e.g. 0.01 or 1% (default: "
       "0.01)");
-  po::options_description plan("a comparison as tasks (Note [Plans] in tools/compare_plan.cpp)");
-  plan.add_options()("plan", po::value<std::string>(),
-                     "write the grid to folder DIR as a plan, one task per point, instead of running it")(
-      "run-point", po::value<std::vector<std::string>>()->multitoken(),
-      "DIR K: replay point K of plan DIR into DIR/results/K.json (a point done already is skipped)")(
-      "emit", po::value<std::string>(),
-      "with --plan: also write the command that runs every point: parallel (DIR/run-parallel.sh, GNU parallel) "
-      "or slurm (DIR/run-slurm.sbatch, a job array; runs point 0 here to set each task's time and memory)")(
-      "array-throttle", po::value<std::uint32_t>()->default_value(16),
-      "with --emit slurm: the most tasks of the array that run at once (its %N)")(
-      "force", po::bool_switch(), "with --run-point: replay the point even when it is done")(
-      "merge", po::value<std::string>(),
-      "DIR: render the comparison of plan DIR from its points' results (--out, --json, --report as a run's), "
-      "or name the points not done");
-  o.add(plan);
+  o.add(plan_options("comparison", "replay point K", "render the comparison", "(--out, --json, --report as a run's)"));
   return o;
 }
 
@@ -217,6 +203,25 @@ int run_compare(const compare_args& a, const cli_streams& given) {
   return write_outputs(v, x, grid, summary, std::move(folder), io, given);
 }
 
+// The points a slurm plan runs while planning to set its tasks' limits: point 0, and the first
+// arm's point in the cell of the largest trace (in bytes), the largest budget (unlimited, else the
+// axis's last) and the most replicas, likely the costliest (an assumption the script states).
+std::vector<std::size_t> heaviest_points(const experiment& x, const compare_grid& grid) {
+  std::size_t best = 0;
+  auto weight = [&](const cell& c) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(x.traces[c.trace], ec);
+    const bool unlimited = x.memory[c.memory] == "unlimited";
+    return std::tuple(ec ? 0 : bytes, unlimited, c.memory, c.replica_count);
+  };
+  for (std::size_t k = 0; k < grid.points.size(); ++k) {
+    if (grid.points[k].arm == 0 && weight(grid.cells[grid.points[k].cell]) > weight(grid.cells[grid.points[best].cell]))
+      best = k;
+  }
+  if (best == 0) return {0};
+  return {0, best};
+}
+
 // --plan DIR: the grid, checked as a run checks it, written as a plan (Note [Plans]).
 int write_compare_plan(const compare_args& a, const cli_streams& io) {
   const po::variables_map& v = a.values;
@@ -226,54 +231,13 @@ int write_compare_plan(const compare_args& a, const cli_streams& io) {
   }
   const experiment x = read_experiment(v, bundled_trace_path());
   const compare_grid grid = make_grid(x, a.shared);
-  plan_manifest m;
-  m.args = a.args;
-  m.command = a.command;
-  m.build = build_sha256();
-  m.version = VTENSOR_VERSION;
-  for (const std::string& t : x.traces) {
-    std::error_code ec;
-    const auto bytes = std::filesystem::file_size(t, ec);
-    if (ec) throw usage_error(fmt::format("trace {}: cannot be read", t));
-    m.traces.push_back({t, bytes, file_sha256(t)});
-  }
-  for (const point& p : grid.points) m.point_ids.push_back(p.id);
+  std::vector<std::string> ids;
+  for (const point& p : grid.points) ids.push_back(p.id);
+  const plan_manifest m = make_manifest("compare", a.args, a.command, x.traces, std::move(ids));
+  const plan_engine engine = engine_of(v, heaviest_points(x, grid));
   const std::filesystem::path dir = v["plan"].as<std::string>();
-  const std::string engine = v.count("emit") != 0 ? v["emit"].as<std::string>() : "";
-  if (!engine.empty() && engine != "parallel" && engine != "slurm")
-    throw usage_error(fmt::format("--emit {}: not an engine (parallel, slurm)", engine));
-  const unsigned throttle = v["array-throttle"].as<std::uint32_t>();
-  if (!v["array-throttle"].defaulted() && engine != "slurm")
-    throw usage_error("--array-throttle goes with --emit slurm");
-  if (throttle == 0) throw usage_error("--array-throttle 0: at least one task must run");
-  // Absolute paths in a script: it runs from anywhere, on any host.
-  const std::filesystem::path where = std::filesystem::absolute(dir).lexically_normal();
-  const std::string binary = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<task_cost> measured;
-  write_plan(dir, m, x, grid, [&](const std::filesystem::path& temp) {
-    if (engine == "parallel")
-      write_script(temp / "run-parallel.sh", parallel_script(where, binary, grid.points.size()));
-    if (engine != "slurm") return;
-    // Point 0 run here, as a task runs it, in the plan being written: its result stays (the array
-    // skips it) and its cost sets the tasks' limits.
-    std::filesystem::create_directory(temp / "slurm");
-    measured.push_back(measure_point(binary, temp, 0, temp / "slurm" / "measured-0.out"));
-    write_script(temp / "run-slurm.sbatch", slurm_script(where, binary, grid.points.size(), throttle, measured));
-  });
-  std::string how;
-  if (engine == "parallel") how = fmt::format("\nor every one with GNU parallel: sh {}/run-parallel.sh", dir.string());
-  if (engine == "slurm") {
-    const slurm_limits l = slurm_limits_of(measured);
-    how = fmt::format(
-        "\nor every one as a Slurm job array: sbatch {}/run-slurm.sbatch\n(point 0 done here in {:.1f} s, peak {} "
-        "MiB: each task is given {} min and {} MiB; edit the script to change them)",
-        dir.string(), measured.front().wall_seconds, measured.front().peak_bytes >> 20, l.minutes, l.mebibytes);
-  }
-  io.out << fmt::format(
-      "plan {}: {} points ({} arms x {} cells); run each with\n  vtensor compare --run-point {} K"
-      "   (K = 0 to {}){}\nthen: vtensor compare --merge {} --out OUT\n",
-      dir.string(), grid.points.size(), x.arms.size(), grid.cells.size(), dir.string(), grid.points.size() - 1, how,
-      dir.string());
+  const std::vector<task_cost> measured = write_plan(dir, m, compare_point_files(x, grid), engine);
+  io.out << plan_written(dir, m, engine, measured);
   return exit_success;
 }
 
@@ -288,7 +252,7 @@ struct plan_grid {
 
 plan_grid rebuild_plan(const std::filesystem::path& dir) {
   plan_grid g;
-  g.manifest = read_manifest(dir);
+  g.manifest = read_manifest(dir, "compare");
   g.args = read_compare_args(g.manifest.args);
   g.x = read_experiment(g.args.values, bundled_trace_path());
   g.grid = make_grid(g.x, g.args.shared);
@@ -298,32 +262,14 @@ plan_grid rebuild_plan(const std::filesystem::path& dir) {
   return g;
 }
 
-// Only the options of `allowed` may be given beside a plan's own.
-void only_options(const po::variables_map& v, std::initializer_list<std::string_view> allowed, std::string_view mode) {
-  for (const auto& [key, value] : v) {
-    if (value.defaulted() || std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-    throw usage_error(fmt::format("{} takes its settings from the plan: --{} is not one of its options", mode, key));
-  }
-}
-
 // --run-point DIR K.
 int run_plan_point(const po::variables_map& v, const cli_streams& io) {
-  only_options(v, {"run-point", "force"}, "--run-point");
+  only_plan_options(v, {"run-point", "force"}, "--run-point");
   const auto words = v["run-point"].as<std::vector<std::string>>();
-  if (words.size() != 2) throw usage_error("--run-point takes a plan folder and a point index: --run-point DIR K");
+  if (words.empty()) throw usage_error("--run-point takes a plan folder and a point index: --run-point DIR K");
   const std::filesystem::path dir = words[0];
   plan_grid g = rebuild_plan(dir);
-  std::size_t k = 0;
-  try {
-    std::size_t used = 0;
-    k = std::stoul(words[1], &used);
-    if (used != words[1].size()) throw std::invalid_argument("trailing characters");
-  } catch (const std::exception&) {
-    throw usage_error(fmt::format("--run-point {} {}: '{}' is not a point index", words[0], words[1], words[1]));
-  }
-  if (k >= g.grid.points.size())
-    throw usage_error(
-        fmt::format("--run-point: plan {} has points 0 to {}, not {}", dir.string(), g.grid.points.size() - 1, k));
+  const std::size_t k = point_index(words, g.grid.points.size());
   point& p = g.grid.points[k];
   const std::size_t trace = g.grid.cells[p.cell].trace;
   check_plan(g.manifest, dir, {g.x.traces[trace]});
@@ -351,7 +297,7 @@ int run_plan_point(const po::variables_map& v, const cli_streams& io) {
 // `outputs`: the merge's output options as typed, which summary.json's command names after the
 // plan's arguments (as a single run typed with them last would).
 int merge_plan(const po::variables_map& v, const std::string& outputs, const cli_streams& given) {
-  only_options(v, {"merge", "out", "json", "report", "report-cell"}, "--merge");
+  only_plan_options(v, {"merge", "out", "json", "report", "report-cell"}, "--merge");
   const std::filesystem::path dir = v["merge"].as<std::string>();
   plan_grid g = rebuild_plan(dir);
   check_plan(g.manifest, dir);
@@ -378,17 +324,7 @@ int merge_plan(const po::variables_map& v, const std::string& outputs, const cli
     }
   }
   if (!missing.empty()) {
-    given.err << fmt::format(
-        "vtensor compare: plan {}: {} of {} points are not done:\n{}\nrun them, then merge again:\n", dir.string(),
-        missing.size(), g.grid.points.size(), fmt::join(missing, "\n"));
-    for (const std::size_t k : rerun)
-      given.err << fmt::format("  vtensor compare --run-point {} {}\n", dir.string(), k);
-    if (std::filesystem::exists(dir / "run-slurm.sbatch"))
-      given.err << fmt::format("or as a job array of those: sbatch --array={} {}/run-slurm.sbatch\n",
-                               fmt::join(rerun, ","), dir.string());
-    if (std::filesystem::exists(dir / "run-parallel.sh"))
-      given.err << fmt::format("or with GNU parallel (its job log reruns what failed): sh {}/run-parallel.sh\n",
-                               dir.string());
+    given.err << missing_points(dir, g.manifest, missing, rerun);
     return exit_failure;
   }
   auto [io, folder] = open_compare_outputs(v, given);
@@ -442,8 +378,7 @@ int cmd_compare(std::span<const std::string> args, const cli_streams& io) {
       return merge_plan(*values, outputs, io);
     }
     const compare_args a = read_compare_args(std::vector<std::string>(args.begin(), args.end()));
-    if (a.values.count("emit") != 0 && a.values.count("plan") == 0) throw usage_error("--emit needs --plan DIR");
-    if (a.values["force"].as<bool>()) throw usage_error("--force goes with --run-point DIR K");
+    check_plan_options(a.values);
     if (a.values.count("plan") != 0) return write_compare_plan(a, io);
     return run_compare(a, io);
   });

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <openssl/evp.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -91,7 +92,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view k_format = "vtensor-compare-plan";
 constexpr int k_version = 1;
 
 // The typed figures go through nlohmann::json (the field lists above are written for it) and
@@ -149,24 +149,26 @@ const std::string& build_sha256() {
 fs::path point_result_path(const fs::path& dir, std::size_t k) { return dir / "results" / fmt::format("{}.json", k); }
 fs::path point_timeseries_dir(const fs::path& dir) { return dir / "timeseries"; }
 
-void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x, const compare_grid& grid,
-                const std::function<void(const fs::path&)>& before_commit) {
-  if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
-    throw usage_error(fmt::format(
-        "--plan {}: exists and is not an empty folder (a plan's results would be lost): remove it or name another",
-        dir.string()));
+plan_manifest make_manifest(std::string subcommand, std::vector<std::string> args, std::string command,
+                            const std::vector<std::string>& traces, std::vector<std::string> point_ids) {
+  plan_manifest m;
+  m.subcommand = std::move(subcommand);
+  m.args = std::move(args);
+  m.command = std::move(command);
+  m.build = build_sha256();
+  m.version = VTENSOR_VERSION;
+  for (const std::string& t : traces) {
+    std::error_code ec;
+    const auto bytes = fs::file_size(t, ec);
+    if (ec) throw usage_error(fmt::format("trace {}: cannot be read", t));
+    m.traces.push_back({t, bytes, file_sha256(t)});
   }
-  output_folder folder(dir.string());  // whole or not at all; timeseries/ made inside
-  fs::create_directory(folder.temp() / "points");
-  fs::create_directory(folder.temp() / "results");
-  nlohmann::ordered_json j = {{"format", k_format},      {"version", k_version}, {"vtensor", m.version},
-                              {"build_sha256", m.build}, {"command", m.command}, {"args", m.args}};
-  nlohmann::ordered_json traces = nlohmann::ordered_json::array();
-  for (const planned_trace& t : m.traces)
-    traces.push_back({{"path", t.path}, {"bytes", t.bytes}, {"sha256", t.sha256}});
-  j["traces"] = std::move(traces);
-  j["points"] = m.point_ids;
-  write_file(folder.temp() / "manifest.json", j.dump(2) + "\n");
+  m.point_ids = std::move(point_ids);
+  return m;
+}
+
+std::vector<nlohmann::ordered_json> compare_point_files(const experiment& x, const compare_grid& grid) {
+  std::vector<nlohmann::ordered_json> files;
   for (std::size_t k = 0; k < grid.points.size(); ++k) {
     const point& p = grid.points[k];
     const cell& c = grid.cells[p.cell];
@@ -180,15 +182,166 @@ void write_plan(const fs::path& dir, const plan_manifest& m, const experiment& x
                  {"trace", x.traces[c.trace]},
                  {"replicas", c.replica_count}};
     e["result"] = point_result_path(fs::path("."), k).lexically_normal().string();
-    write_file(folder.temp() / "points" / fmt::format("{}.json", k), e.dump(2) + "\n");
+    files.push_back(std::move(e));
   }
-  if (before_commit) before_commit(folder.temp());
-  folder.commit();
+  return files;
 }
 
+namespace po = boost::program_options;
+
+namespace {
+
+// An engine's script in a plan folder, executable.
 void write_script(const fs::path& path, const std::string& text) {
   write_file(path, text);
   fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
+}
+
+}  // namespace
+
+po::options_description plan_options(const std::string& what, const std::string& run, const std::string& merge,
+                                     const std::string& outputs) {
+  po::options_description plan(fmt::format("a {} as tasks (Note [Plans] in tools/compare_plan.cpp)", what));
+  plan.add_options()(
+      "plan", po::value<std::string>(),
+      fmt::format("write the {} to folder DIR as a plan, one task per point, instead of running it", what).c_str())(
+      "run-point", po::value<std::vector<std::string>>()->multitoken(),
+      fmt::format("DIR K: {} of plan DIR into DIR/results/K.json (a point done already is "
+                  "skipped)",
+                  run)
+          .c_str())(
+      "emit", po::value<std::string>(),
+      "with --plan: also write the command that runs every point: parallel (DIR/run-parallel.sh, GNU parallel) "
+      "or slurm (DIR/run-slurm.sbatch, a job array; runs a point or two here to set each task's time and memory)")(
+      "array-throttle", po::value<std::uint32_t>()->default_value(16),
+      "with --emit slurm: the most tasks of the array that run at once (its %N)")(
+      "force", po::bool_switch(), "with --run-point: run the point even when it is done")(
+      "merge", po::value<std::string>(),
+      fmt::format("DIR: {} of plan DIR from its points' results {}, or name the points not done", merge, outputs)
+          .c_str());
+  return plan;
+}
+
+void check_plan_options(const po::variables_map& v) {
+  if (v.count("emit") != 0 && v.count("plan") == 0) throw usage_error("--emit needs --plan DIR");
+  if (!v["array-throttle"].defaulted() && (v.count("emit") == 0 || v["emit"].as<std::string>() != "slurm"))
+    throw usage_error("--array-throttle goes with --emit slurm");
+  if (v["force"].as<bool>()) throw usage_error("--force goes with --run-point DIR K");
+}
+
+void only_plan_options(const po::variables_map& v, std::initializer_list<std::string_view> allowed,
+                       std::string_view mode) {
+  for (const auto& [key, value] : v) {
+    if (value.defaulted() || std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    throw usage_error(fmt::format("{} takes its settings from the plan: --{} is not one of its options", mode, key));
+  }
+}
+
+plan_engine engine_of(const po::variables_map& v, std::vector<std::size_t> measure) {
+  plan_engine e;
+  if (v.count("emit") != 0) e.name = v["emit"].as<std::string>();
+  e.throttle = v["array-throttle"].as<std::uint32_t>();
+  e.measure = std::move(measure);
+  return e;
+}
+
+std::vector<task_cost> write_plan(const fs::path& dir, const plan_manifest& m,
+                                  const std::vector<nlohmann::ordered_json>& points, const plan_engine& engine) {
+  if (!engine.name.empty() && engine.name != "parallel" && engine.name != "slurm")
+    throw usage_error(fmt::format("--emit {}: not an engine (parallel, slurm)", engine.name));
+  if (engine.throttle == 0) throw usage_error("--array-throttle 0: at least one task must run");
+  if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
+    throw usage_error(fmt::format(
+        "--plan {}: exists and is not an empty folder (a plan's results would be lost): remove it or name another",
+        dir.string()));
+  }
+  output_folder folder(dir.string());  // whole or not at all; timeseries/ made inside
+  fs::create_directory(folder.temp() / "points");
+  fs::create_directory(folder.temp() / "results");
+  nlohmann::ordered_json j = {{"format", fmt::format("vtensor-{}-plan", m.subcommand)},
+                              {"version", k_version},
+                              {"vtensor", m.version},
+                              {"build_sha256", m.build},
+                              {"command", m.command},
+                              {"args", m.args}};
+  nlohmann::ordered_json traces = nlohmann::ordered_json::array();
+  for (const planned_trace& t : m.traces)
+    traces.push_back({{"path", t.path}, {"bytes", t.bytes}, {"sha256", t.sha256}});
+  j["traces"] = std::move(traces);
+  j["points"] = m.point_ids;
+  j["directory"] = fs::current_path().string();
+  write_file(folder.temp() / "manifest.json", j.dump(2) + "\n");
+  for (std::size_t k = 0; k < points.size(); ++k)
+    write_file(folder.temp() / "points" / fmt::format("{}.json", k), points[k].dump(2) + "\n");
+  // Absolute paths in a script: it runs from anywhere, on any host.
+  const plan_tasks tasks{m.subcommand, fs::absolute(dir).lexically_normal(),
+                         fs::read_symlink("/proc/self/exe").string(), fs::current_path(), m.point_ids.size()};
+  std::vector<task_cost> measured;
+  if (engine.name == "parallel") write_script(folder.temp() / "run-parallel.sh", parallel_script(tasks));
+  if (engine.name == "slurm") {
+    // Run here as tasks run them, in the plan being written: their results stay (the array skips
+    // them) and their costs set the tasks' limits.
+    fs::create_directory(folder.temp() / "slurm");
+    for (const std::size_t k : engine.measure) {
+      measured.push_back(measure_point(tasks.binary, m.subcommand, folder.temp(), k,
+                                       folder.temp() / "slurm" / fmt::format("measured-{}.out", k)));
+    }
+    write_script(folder.temp() / "run-slurm.sbatch", slurm_script(tasks, engine.throttle, measured));
+  }
+  folder.commit();
+  return measured;
+}
+
+std::string plan_written(const fs::path& dir, const plan_manifest& m, const plan_engine& engine,
+                         const std::vector<task_cost>& measured) {
+  std::string how;
+  if (engine.name == "parallel")
+    how = fmt::format("\nor every one with GNU parallel: sh {}/run-parallel.sh", dir.string());
+  if (engine.name == "slurm") {
+    const slurm_limits l = slurm_limits_of(measured);
+    std::vector<std::string> costs;
+    for (const task_cost& c : measured)
+      costs.push_back(fmt::format("point {} in {:.1f} s, peak {} MiB", c.point, c.wall_seconds, c.peak_bytes >> 20));
+    how = fmt::format(
+        "\nor every one as a Slurm job array: sbatch {}/run-slurm.sbatch\n(done here: {}; each task is given {} min "
+        "and {} MiB: edit the script to change them)",
+        dir.string(), fmt::join(costs, ", "), l.minutes, l.mebibytes);
+  }
+  return fmt::format(
+      "plan {}: {} points; run each with\n  vtensor {} --run-point {} K   (K = 0 to {}){}\nthen: vtensor {} --merge {} "
+      "[outputs]\n",
+      dir.string(), m.point_ids.size(), m.subcommand, dir.string(), m.point_ids.size() - 1, how, m.subcommand,
+      dir.string());
+}
+
+std::size_t point_index(const std::vector<std::string>& words, std::size_t points) {
+  if (words.size() != 2) throw usage_error("--run-point takes a plan folder and a point index: --run-point DIR K");
+  std::size_t k = 0;
+  try {
+    std::size_t used = 0;
+    k = std::stoul(words[1], &used);
+    if (used != words[1].size()) throw std::invalid_argument("trailing characters");
+  } catch (const std::exception&) {
+    throw usage_error(fmt::format("--run-point {} {}: '{}' is not a point index", words[0], words[1], words[1]));
+  }
+  if (k >= points)
+    throw usage_error(fmt::format("--run-point: plan {} has points 0 to {}, not {}", words[0], points - 1, k));
+  return k;
+}
+
+std::string missing_points(const fs::path& dir, const plan_manifest& m, const std::vector<std::string>& missing,
+                           const std::vector<std::size_t>& rerun) {
+  std::string out =
+      fmt::format("vtensor {}: plan {}: {} of {} points are not done:\n{}\nrun them, then merge again:\n", m.subcommand,
+                  dir.string(), missing.size(), m.point_ids.size(), fmt::join(missing, "\n"));
+  for (const std::size_t k : rerun)
+    out += fmt::format("  vtensor {} --run-point {} {}\n", m.subcommand, dir.string(), k);
+  if (fs::exists(dir / "run-slurm.sbatch"))
+    out += fmt::format("or as a job array of those: sbatch --array={} {}/run-slurm.sbatch\n", fmt::join(rerun, ","),
+                       dir.string());
+  if (fs::exists(dir / "run-parallel.sh"))
+    out += fmt::format("or with GNU parallel (its job log reruns what failed): sh {}/run-parallel.sh\n", dir.string());
+  return out;
 }
 
 // Single-quoted for sh.
@@ -198,28 +351,31 @@ std::string sh_quoted(const std::string& w) {
   return out + "'";
 }
 
-std::string parallel_script(const fs::path& dir, const std::string& binary, std::size_t points) {
-  const std::string d = sh_quoted(dir.string()), b = sh_quoted(binary);
+std::string parallel_script(const plan_tasks& t) {
+  const std::string d = sh_quoted(t.dir.string()), b = sh_quoted(t.binary), w = sh_quoted(t.workdir.string());
   return fmt::format(
       "#!/bin/sh\n"
-      "# The {0} points of the vtensor compare plan in {1}, run by GNU parallel (written by\n"
-      "# `vtensor compare ... --plan DIR --emit parallel`; Note [Plans] in tools/compare_plan.cpp).\n"
+      "# The {0} points of the vtensor {5} plan in {1}, run by GNU parallel (written by\n"
+      "# `vtensor {5} ... --plan DIR --emit parallel`; Note [Plans] in tools/compare_plan.cpp).\n"
       "# Run it again after a failure: the job log and --resume-failed rerun only the points that\n"
       "# failed or never ran, and a point already done is skipped anyway.\n"
       "# Arguments go to parallel: --jobs N (default: one per core), --sshloginfile FILE for several\n"
       "# hosts (one per line, ':' for this one); each host needs this binary and the traces at the same\n"
       "# paths, and the plan folder shared (a shared file system), since every task checks both\n"
       "# checksums and writes its result there.\n"
-      "# Then: {2} compare --merge {1} --out OUT\n"
+      "# Each task runs in {4}, where the plan was made (its trace paths are as typed).\n"
+      "# Then, from there: {2} {5} --merge {1} [outputs]\n"
       "set -eu\n"
-      "exec parallel --joblog {1}/parallel.joblog --resume-failed \"$@\" {2} compare --run-point {1} '{{}}' ::: $(seq "
-      "0 {3})\n",
-      points, d, b, points - 1);
+      "cd {4}\n"
+      "exec parallel --joblog {1}/parallel.joblog --resume-failed --workdir {4} \"$@\" {2} {5} --run-point {1} "
+      "'{{}}' ::: $(seq 0 {3})\n",
+      t.points, d, b, t.points - 1, w, t.subcommand);
 }
 
-task_cost measure_point(const std::string& binary, const fs::path& dir, std::size_t k, const fs::path& log) {
+task_cost measure_point(const std::string& binary, const std::string& subcommand, const fs::path& dir, std::size_t k,
+                        const fs::path& log) {
   const std::string index = std::to_string(k), folder = dir.string();
-  std::vector<std::string> words = {binary, "compare", "--run-point", folder, index};
+  std::vector<std::string> words = {binary, subcommand, "--run-point", folder, index};
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
@@ -263,22 +419,21 @@ slurm_limits slurm_limits_of(const std::vector<task_cost>& measured) {
   return l;
 }
 
-std::string slurm_script(const fs::path& dir, const std::string& binary, std::size_t points, unsigned throttle,
-                         const std::vector<task_cost>& measured) {
-  const std::string d = sh_quoted(dir.string()), b = sh_quoted(binary);
+std::string slurm_script(const plan_tasks& t, unsigned throttle, const std::vector<task_cost>& measured) {
+  const std::string d = sh_quoted(t.dir.string()), b = sh_quoted(t.binary);
   const slurm_limits l = slurm_limits_of(measured);
   std::string costs;
   for (const task_cost& c : measured)
     costs += fmt::format("#   point {}: {:.1f} s, peak {} MiB\n", c.point, c.wall_seconds, c.peak_bytes >> 20);
-  // #SBATCH lines take no quoting: the log folder is written as is (a path with spaces would
-  // break it; sbatch refuses the script then, before any task runs).
+  // #SBATCH lines take no quoting: the log and work folders are written as they are (a path with
+  // spaces would break them; sbatch refuses the script then, before any task runs).
   return fmt::format(
       "#!/bin/sh\n"
-      "# The {0} points of the vtensor compare plan in {8} as one Slurm job array (written by\n"
-      "# `vtensor compare ... --plan DIR --emit slurm`; Note [Plans] in tools/compare_plan.cpp).\n"
+      "# The {0} points of the vtensor {11} plan in {8} as one Slurm job array (written by\n"
+      "# `vtensor {11} ... --plan DIR --emit slurm`; Note [Plans] in tools/compare_plan.cpp).\n"
       "# Submit: sbatch {8}/run-slurm.sbatch   (tasks' logs: {8}/slurm/)\n"
       "# After a failure submit it again: a point already done is skipped; or only the points that\n"
-      "# `vtensor compare --merge` names: sbatch --array=3,7 {8}/run-slurm.sbatch\n"
+      "# `vtensor {11} --merge` names: sbatch --array=3,7 {8}/run-slurm.sbatch\n"
       "# Each node needs this binary and the traces at the same paths and the plan folder shared (a\n"
       "# shared file system): every task checks both checksums and writes its result there.\n"
       "# Limits per task: DEFAULTS TO EDIT. Measured on the planning machine, each a task run alone:\n"
@@ -286,7 +441,8 @@ std::string slurm_script(const fs::path& dir, const std::string& binary, std::si
       "# --time is 3x the longest (at least 5 minutes) and --mem 1.5x the largest peak + 256 MiB: an\n"
       "# assumption (the points of a plan differ by arm, budget and load; nodes differ in speed).\n"
       "# %{3} runs at most {3} tasks at once.\n"
-      "# Then: {9} compare --merge {8} --out OUT\n"
+      "# Each task runs in {10}, where the plan was made (its trace paths are as typed).\n"
+      "# Then, from there: {9} {11} --merge {8} [outputs]\n"
       "#SBATCH --job-name=vtensor-plan\n"
       "#SBATCH --array=0-{5}%{3}\n"
       "#SBATCH --ntasks=1\n"
@@ -294,18 +450,21 @@ std::string slurm_script(const fs::path& dir, const std::string& binary, std::si
       "#SBATCH --time={6}\n"
       "#SBATCH --mem={7}M\n"
       "#SBATCH --output={8}/slurm/%A_%a.out\n"
-      "exec {4} compare --run-point {1} \"$SLURM_ARRAY_TASK_ID\"\n",
-      points, d, costs, throttle, b, points - 1, l.minutes, l.mebibytes, dir.string(), binary);
+      "#SBATCH --chdir={10}\n"
+      "exec {4} {11} --run-point {1} \"$SLURM_ARRAY_TASK_ID\"\n",
+      t.points, d, costs, throttle, b, t.points - 1, l.minutes, l.mebibytes, t.dir.string(), t.binary,
+      t.workdir.string(), t.subcommand);
 }
 
-plan_manifest read_manifest(const fs::path& dir) {
+plan_manifest read_manifest(const fs::path& dir, const std::string& subcommand) {
   const fs::path path = dir / "manifest.json";
   if (!fs::is_regular_file(path)) throw usage_error(fmt::format("{}: no plan here (no manifest.json)", dir.string()));
   const nlohmann::ordered_json j = read_json(path, "plan manifest");
   plan_manifest m;
   try {
-    if (j.at("format") != k_format || j.at("version") != k_version)
-      throw usage_error(fmt::format("{}: not a vtensor compare plan of version {}", path.string(), k_version));
+    if (j.at("format") != fmt::format("vtensor-{}-plan", subcommand) || j.at("version") != k_version)
+      throw usage_error(fmt::format("{}: not a vtensor {} plan of version {}", path.string(), subcommand, k_version));
+    m.subcommand = subcommand;
     m.args = j.at("args").get<std::vector<std::string>>();
     m.command = j.at("command").get<std::string>();
     m.build = j.at("build_sha256").get<std::string>();

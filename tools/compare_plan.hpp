@@ -5,6 +5,7 @@
 // points' results (Note [Plans] in compare_plan.cpp). Any engine can run the points in between:
 // a shell loop, GNU parallel or a Slurm job array.
 
+#include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -34,30 +35,22 @@ struct planned_trace {
 
 /// DIR/manifest.json.
 struct plan_manifest {
-  std::vector<std::string> args;  ///< compare's arguments, the plan's own left out
-  std::string command;            ///< as the single-machine run's summary.json names it
-  std::string build;              ///< build_sha256() of the planning binary
-  std::string version;            ///< its version
+  std::string subcommand = "compare";  ///< the command whose plan it is: compare or capacity
+  std::vector<std::string> args;       ///< compare's arguments, the plan's own left out
+  std::string command;                 ///< as the single-machine run's summary.json names it
+  std::string build;                   ///< build_sha256() of the planning binary
+  std::string version;                 ///< its version
   std::vector<planned_trace> traces;
   std::vector<std::string> point_ids;  ///< in grid order: point K is point_ids[K]
 };
 
-/// Writes the manifest and DIR/points/K.json (each point's id, arm, cell and resolved options)
-/// for `grid`, whole or not at all (DIR must not exist or be empty). `before_commit`, when given,
-/// is called with the folder being written, a plan already, before it takes DIR's place (to run
-/// a point in it, to add an engine's script). Throws usage_error.
-void write_plan(const std::filesystem::path& dir, const plan_manifest& manifest, const experiment& x,
-                const compare_grid& grid,
-                const std::function<void(const std::filesystem::path&)>& before_commit = nullptr);
+/// A manifest of `subcommand`'s plan: the build's checksum and version, every trace's size and
+/// checksum. Throws usage_error naming a trace that cannot be read.
+[[nodiscard]] plan_manifest make_manifest(std::string subcommand, std::vector<std::string> args, std::string command,
+                                          const std::vector<std::string>& traces, std::vector<std::string> point_ids);
 
-/// Writes an engine's script into a plan folder, executable.
-void write_script(const std::filesystem::path& path, const std::string& text);
-
-/// DIR/run-parallel.sh: every point of a plan of `points` points as one GNU parallel run of
-/// `binary` (absolute paths), with a job log so that running it again redoes only what failed or
-/// never ran; extra arguments go to parallel (--sshloginfile FILE for several hosts).
-[[nodiscard]] std::string parallel_script(const std::filesystem::path& dir, const std::string& binary,
-                                          std::size_t points);
+/// DIR/points/K.json of a comparison: each point's id, arm, cell and resolved options.
+[[nodiscard]] std::vector<nlohmann::ordered_json> compare_point_files(const experiment& x, const compare_grid& grid);
 
 /// What one task of a plan cost where it was measured: `BINARY compare --run-point DIR K` run as
 /// a child process, its wall time and its peak resident memory (wait4's rusage).
@@ -67,9 +60,75 @@ struct task_cost {
   std::uint64_t peak_bytes = 0;
 };
 
-/// Runs point K of the plan in `dir` as a child process of `binary`, its output to `log`; throws
+/// The engine a plan is handed to (--emit): none, parallel or slurm, the array's throttle, and
+/// the points a slurm plan runs while planning to set its tasks' limits.
+struct plan_engine {
+  std::string name;
+  unsigned throttle = 16;
+  std::vector<std::size_t> measure = {0};
+};
+
+/// The options of a command's plan: --plan, --emit, --array-throttle, --run-point, --force,
+/// --merge; `what` names the command's work (a comparison), `run` what a point does, `merge` what
+/// the merge does and `outputs` its outputs.
+[[nodiscard]] boost::program_options::options_description plan_options(const std::string& what, const std::string& run,
+                                                                       const std::string& merge,
+                                                                       const std::string& outputs);
+
+/// Refuses plan options given where they do not apply: --emit without --plan, --array-throttle
+/// without --emit slurm, --force without --run-point.
+void check_plan_options(const boost::program_options::variables_map& v);
+
+/// Refuses any option beside `allowed` (and those left at their defaults): --run-point and
+/// --merge take their settings from the plan. `mode` names the one given.
+void only_plan_options(const boost::program_options::variables_map& v, std::initializer_list<std::string_view> allowed,
+                       std::string_view mode);
+
+/// The engine of --emit and --array-throttle; `measure` as in plan_engine.
+[[nodiscard]] plan_engine engine_of(const boost::program_options::variables_map& v, std::vector<std::size_t> measure);
+
+/// Writes the manifest, DIR/points/K.json from `points` and the engine's script, whole or not at
+/// all (DIR must not exist or be empty). For slurm, the points of `engine.measure` are run first,
+/// in the folder being written, as tasks run them (by this binary), and their costs set the
+/// tasks' limits: returned. Throws usage_error, or std::runtime_error when such a point fails.
+std::vector<task_cost> write_plan(const std::filesystem::path& dir, const plan_manifest& manifest,
+                                  const std::vector<nlohmann::ordered_json>& points, const plan_engine& engine);
+
+/// What `--plan` prints: the plan written, how to run its tasks and merge them.
+[[nodiscard]] std::string plan_written(const std::filesystem::path& dir, const plan_manifest& manifest,
+                                       const plan_engine& engine, const std::vector<task_cost>& measured);
+
+/// `--run-point DIR K`'s K, checked against the plan's point count. Throws usage_error.
+[[nodiscard]] std::size_t point_index(const std::vector<std::string>& words, std::size_t points);
+
+/// The lines `--merge` prints for the points not done (`missing`: "K (id): why" each): every
+/// point's --run-point command, and the engine's line that reruns only those where the plan has
+/// one.
+[[nodiscard]] std::string missing_points(const std::filesystem::path& dir, const plan_manifest& manifest,
+                                         const std::vector<std::string>& missing,
+                                         const std::vector<std::size_t>& rerun);
+
+/// How an engine starts a plan's tasks: the subcommand, the plan folder and the binary (absolute
+/// paths), the folder the plan was made in (each task runs there: the plan's trace paths are as
+/// typed), and how many points there are.
+struct plan_tasks {
+  std::string subcommand = "compare";
+  std::filesystem::path dir;
+  std::string binary;
+  std::filesystem::path workdir;
+  std::size_t points = 0;
+};
+
+/// DIR/run-parallel.sh: every point as one GNU parallel run, with a job log so that running it
+/// again redoes only what failed or never ran; extra arguments go to parallel (--sshloginfile FILE
+/// for several hosts).
+[[nodiscard]] std::string parallel_script(const plan_tasks& tasks);
+
+/// Runs point K of the `subcommand` plan in `dir` as a child process of `binary` (`BINARY
+/// SUBCOMMAND --run-point DIR K`), its output to `log`; throws
 /// std::runtime_error naming the point and the log when the task fails.
-[[nodiscard]] task_cost measure_point(const std::string& binary, const std::filesystem::path& dir, std::size_t k,
+[[nodiscard]] task_cost measure_point(const std::string& binary, const std::string& subcommand,
+                                      const std::filesystem::path& dir, std::size_t k,
                                       const std::filesystem::path& log);
 
 /// A Slurm task's limits from the costs measured: 3x the longest wall time (at least 5 minutes,
@@ -81,14 +140,14 @@ struct slurm_limits {
 };
 [[nodiscard]] slurm_limits slurm_limits_of(const std::vector<task_cost>& measured);
 
-/// DIR/run-slurm.sbatch: every point of a plan of `points` points as one Slurm job array of
-/// `binary` (absolute paths), at most `throttle` tasks at once, each with `limits`, the costs it
-/// came from stated; its logs go to DIR/slurm/.
-[[nodiscard]] std::string slurm_script(const std::filesystem::path& dir, const std::string& binary, std::size_t points,
-                                       unsigned throttle, const std::vector<task_cost>& measured);
+/// DIR/run-slurm.sbatch: every point as one Slurm job array, at most `throttle` tasks at once,
+/// each with the limits of the costs measured (stated in it); its logs go to DIR/slurm/.
+[[nodiscard]] std::string slurm_script(const plan_tasks& tasks, unsigned throttle,
+                                       const std::vector<task_cost>& measured);
 
-/// Reads DIR/manifest.json. Throws usage_error naming the file and what is wrong.
-[[nodiscard]] plan_manifest read_manifest(const std::filesystem::path& dir);
+/// Reads DIR/manifest.json of a `subcommand` plan. Throws usage_error naming the file and what is
+/// wrong.
+[[nodiscard]] plan_manifest read_manifest(const std::filesystem::path& dir, const std::string& subcommand);
 
 /// Refuses (usage_error) a plan another build made, or whose traces changed since (size or
 /// checksum), naming them; `only` limits the check to these traces' paths (all when empty).

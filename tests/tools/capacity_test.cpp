@@ -10,8 +10,10 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -210,4 +212,74 @@ TEST_CASE("capacity: bad objectives and options exit 2 naming what is wrong") {
     CHECK(r.code == 2);
     CHECK_MESSAGE(r.err.find(names) != std::string::npos, r.err);
   }
+}
+
+namespace {
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), p.string());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+// `capacity --plan` (Note [Plans] in tools/compare_plan.cpp): one task per search, run in any
+// order, merged into exactly what one run prints and writes, for a load search and a replica
+// search; merge names a lost search and the command that reruns it.
+TEST_CASE("capacity plan: searches run one by one in any order, merge into exactly what one run writes") {
+  const std::filesystem::path dir = vtensor::testing::scratch_dir("capacity_plan");
+  const std::vector<std::vector<std::string>> runs = {
+      {"capacity", "--max-requests", "150", "--arm", "vt=vtensor", "--arm", "paged=paged", "--memory",
+       "16GiB,unlimited", "--slo", "ttft_p90<=4s", "--no-wall"},
+      {"capacity", "--max-requests", "150", "--arm", "vt=vtensor --router least-loaded", "--slo", "ttft_p90<=2s",
+       "--fewest-replicas", "4", "--no-wall"},
+  };
+  int n = 0;
+  for (std::vector<std::string> args : runs) {
+    CAPTURE(args);
+    const std::string tag = std::to_string(n++), plan = (dir / ("plan" + tag)).string();
+    std::vector<std::string> single = args;
+    single.insert(single.end(), {"--jobs", "2", "--json", (dir / ("one" + tag + ".json")).string()});
+    const auto one = run_cli(single);
+    REQUIRE_MESSAGE(one.code == 0, one.err);
+    args.insert(args.end(), {"--plan", plan});
+    REQUIRE(run_cli(args).code == 0);
+    const std::size_t searches = tag == "0" ? 4 : 1;
+    for (std::size_t k = searches; k-- > 0;) {  // backwards: the order does not matter
+      const auto r = run_cli({"capacity", "--run-point", plan, std::to_string(k)});
+      REQUIRE_MESSAGE(r.code == 0, r.err);
+      CHECK(r.out.find("searched in") != std::string::npos);
+    }
+    CHECK(run_cli({"capacity", "--run-point", plan, "0"}).out.find("done already") != std::string::npos);
+    const std::string merged_json = (dir / ("two" + tag + ".json")).string();
+    const auto two = run_cli({"capacity", "--merge", plan, "--json", merged_json});
+    REQUIRE_MESSAGE(two.code == 0, two.err);
+    CHECK(one.out == two.out);
+    CHECK(slurp(dir / ("one" + tag + ".json")) == slurp(merged_json));
+    if (tag != "0") continue;
+    std::filesystem::remove(std::filesystem::path(plan) / "results" / "1.json");
+    const auto lost = run_cli({"capacity", "--merge", plan});
+    CHECK(lost.code == 1);
+    CHECK(lost.err.find("1 of 4 points are not done") != std::string::npos);
+    CHECK(lost.err.find("  vtensor capacity --run-point " + plan + " 1\n") != std::string::npos);
+  }
+  // Refusals: a plan's options where they do not apply, a compare plan given to capacity.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"capacity", "--slo", "ttft_p90<=2s", "--plan", (dir / "p").string(), "--json", "x"}, "give --json to --merge"},
+      {{"capacity", "--run-point", (dir / "plan0").string(), "0", "--jobs", "2"}, "--jobs is not one of its options"},
+      {{"capacity", "--slo", "ttft_p90<=2s", "--emit", "slurm"}, "--emit needs --plan DIR"},
+      {{"capacity", "--run-point", (dir / "plan0").string(), "4"}, "has points 0 to 3, not 4"},
+  };
+  for (const auto& [args, names] : bad) {
+    CAPTURE(args);
+    const auto r = run_cli(args);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.find(names) != std::string::npos, r.err);
+  }
+  REQUIRE(run_cli({"compare", "--max-requests", "20", "--arm", "vt=vtensor", "--plan", (dir / "cmp").string()}).code ==
+          0);
+  const auto foreign = run_cli({"capacity", "--merge", (dir / "cmp").string()});
+  CHECK(foreign.code == 2);
+  CHECK(foreign.err.find("not a vtensor capacity plan") != std::string::npos);
 }

@@ -204,9 +204,9 @@ TEST_CASE("compare plan: GNU parallel runs the emitted script, a second run does
 // A local Slurm cluster (tools/slurm-local.sh: Debian's slurmctld, slurmd and munge, started as
 // root and stopped by their pids) runs the emitted job array; a point lost afterwards is named by
 // the merge with the sbatch line that reruns it alone, and that line completes the merge, which
-// is then --jobs 2's single run byte for byte.
+// is then --jobs 2's single run byte for byte; a capacity plan's array merges into its single run.
 TEST_CASE(
-    "compare plan: a local Slurm runs the emitted job array, a lost point is rerun alone, the merge is --jobs 2's") {
+    "compare plan: a local Slurm runs the emitted job arrays of compare and capacity, a lost point is rerun alone") {
   if (std::system("command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1") != 0 ||
       ::geteuid() != 0) {
     MESSAGE("SLURM_SKIP: needs root and Slurm with munge (tools/install-deps.sh --fuzz installs them)");
@@ -265,4 +265,17 @@ TEST_CASE(
   CHECK(slurp(dir / "one" / "table.txt") == slurp(dir / "two" / "table.txt"));
   CHECK(slurp(dir / "one" / "s.json") == slurp(dir / "two" / "s.json"));
   check_same_tree(dir / "one" / "out", dir / "two" / "out");
+
+  // capacity plans the same way: one search per task.
+  const std::string cap =
+      " capacity " + trace + " --arm vt=vtensor --arm paged=paged --slo ttft_p90\\<=4s --max-requests 150 --no-wall";
+  REQUIRE(std::system(("cd " + d + " && " + bin + cap + " --json cap-one.json > cap-one.txt").c_str()) == 0);
+  REQUIRE(std::system(("cd " + d + " && " + bin + cap + " --plan cap --emit slurm > cap-plan.txt").c_str()) == 0);
+  CHECK(slurp(dir / "cap" / "run-slurm.sbatch").find(" capacity --run-point ") != std::string::npos);
+  REQUIRE(std::system((env + "sbatch --wait " + d + "/cap/run-slurm.sbatch > " + d + "/sbatch3.log 2>&1").c_str()) ==
+          0);
+  REQUIRE(std::system(("cd " + d + " && " + bin + " capacity --merge cap --json cap-two.json > cap-two.txt").c_str()) ==
+          0);
+  CHECK(slurp(dir / "cap-one.txt") == slurp(dir / "cap-two.txt"));
+  CHECK(slurp(dir / "cap-one.json") == slurp(dir / "cap-two.json"));
 }
