@@ -22,6 +22,7 @@ printf '{"format": "vtensor-calibration"}' >calibration.json
 printf '{"name": "x"}' >factors.json
 printf '{"arms": [{"name": "x"}]}' >experiment.json
 mkdir -p not-a-comparison
+"$bin" compare --arm v=vtensor --max-requests 10 --plan compare-plan >/dev/null
 echo old >kept.json
 ln -s kept.json link.json
 
@@ -72,6 +73,8 @@ row "--report without --out" "" compare --arm v=vtensor --report
 row "report of a folder that is no comparison" "" report not-a-comparison
 row "a plan into a folder in use" "" compare --arm v=vtensor --plan used
 row "merge of a folder that is no plan" "" compare --merge not-a-plan
+row "an array throttle without a Slurm array" "" compare --arm v=vtensor --plan p1 --emit parallel --array-throttle 4
+row "a compare plan merged by capacity" "" capacity --merge compare-plan
 row "capacity without an objective" "" capacity --arm v=vtensor
 row "capacity objective that does not parse" "" capacity --arm v=vtensor --slo 'ttft_p95<=5s'
 row "fewest replicas beside a replicas axis" "" capacity --arm v=vtensor --slo 'ttft_p90<=5s' --fewest-replicas 8 --replicas 2
