@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (`.ci/run` runs exactly this; README, "The two commands"):
 #   1. installs what is missing from Debian's archive (tools/install-deps.sh --fuzz: the fuzzers
-#      need clang-14 and its sanitizer runtimes);
-#   2. the release build (build/) and its suite: every doctest TEST_CASE is a CTest entry;
+#      need clang-14 and its sanitizer runtimes, the Slurm case slurmctld, slurmd and munge);
+#   2. the release build (build/) and its suite: every doctest TEST_CASE is a CTest entry; the
+#      Slurm case starts a one-node cluster (tools/slurm-local.sh, as root), runs a plan's job
+#      arrays on it, merges them against single runs and stops the daemons by their pids;
 #   3. AddressSanitizer + UBSan (preset `asan`, build-asan/, expensive invariant checks on): the
 #      whole suite but five of the six `replay identity` cases (240-290 s each under the
 #      sanitizer; the kv-fused, lookahead 2 one runs here: the default token-major's replays
