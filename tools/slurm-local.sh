@@ -6,7 +6,8 @@
 # munged) is read or touched:
 #   - munged runs as the munge user with its own key and socket in STATE/munge;
 #   - slurmctld and slurmd run as root (this script must be run as root, as CI runs it), on ports
-#     of their own, with one node of this machine's cores and memory, proctrack/linuxproc and
+#     of their own and on 127.0.0.1 (the host's name need not resolve), with one node of this
+#     machine's cores and memory, proctrack/linuxproc and
 #     task/none (no cgroups or systemd needed), select/cons_tres with memory as a resource;
 #   - each daemon runs in the foreground of a background job whose pid goes to STATE/pids/, and
 #     `stop` stops exactly those pids (and waits for them), never a daemon by name.
@@ -101,7 +102,7 @@ slurmd_port=$(free_port $((ctld_port + 1)))
 cat >"$state/slurm.conf" <<EOF
 # Written by tools/slurm-local.sh: a single-node cluster of this machine.
 ClusterName=vtensor-local
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -126,7 +127,7 @@ ReturnToService=2
 SchedulerType=sched/backfill
 MaxArraySize=100001
 MaxJobCount=200000
-NodeName=$host CPUs=$cpus RealMemory=$memory_mib State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mib State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF=$state/slurm.conf
@@ -134,7 +135,7 @@ export SLURM_CONF=$state/slurm.conf
 slurmctld -D -i -f "$SLURM_CONF" >>"$state/log/slurmctld.out" 2>&1 &
 echo $! >"$pids/slurmctld"
 wait_for slurmctld "$state/log/slurmctld.log" scontrol ping || { stop_daemons; exit 1; }
-slurmd -D -f "$SLURM_CONF" >>"$state/log/slurmd.out" 2>&1 &
+slurmd -D -N "$host" -f "$SLURM_CONF" >>"$state/log/slurmd.out" 2>&1 &
 echo $! >"$pids/slurmd"
 idle() { sinfo -h -N -o '%t' | grep -qx 'idle'; }
 if ! wait_for "slurmd (node $host idle)" "$state/log/slurmd.log" idle; then
