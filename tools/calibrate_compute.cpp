@@ -44,6 +44,8 @@ const linear_dims& dims_of(std::string_view model) {
   throw std::invalid_argument(fmt::format("no linear shapes for model '{}'", model));
 }
 
+}  // namespace
+
 std::string utc_date() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -52,8 +54,6 @@ std::string utc_date() {
   std::strftime(text, sizeof text, "%Y-%m-%d", &tm);
   return text;
 }
-
-}  // namespace
 
 std::vector<gemm_shape> layer_gemm_shapes(std::string_view model, std::uint32_t tp) {
   const linear_dims& d = dims_of(model);

@@ -35,6 +35,8 @@ struct compute_options {
 [[nodiscard]] gemm_shape lm_head_shape(std::string_view model, std::uint32_t tp);
 /// Parameters of the embedding table (not a GEMM).
 [[nodiscard]] std::uint64_t embedding_params(std::string_view model);
+/// Today's date in UTC, YYYY-MM-DD: when a calibration was measured.
+[[nodiscard]] std::string utc_date();
 /// Token counts timed: powers of two from 1, with the midpoints 1.5 x 2^k from 192 on, and the
 /// budget itself; increasing, ending at `budget`.
 [[nodiscard]] std::vector<std::uint32_t> token_grid(std::uint32_t budget);

@@ -4,6 +4,7 @@
 // the step cost's kernels instead (tools/calibrate_compute.cpp), which needs the GPU kernels.
 
 #include "tools/calibrate_compute.hpp"
+#include "tools/calibrate_transfer.hpp"
 #include "tools/calibration.hpp"
 #include "tools/cli.hpp"
 
@@ -68,15 +69,6 @@ std::uint64_t charged(const vmm_backend& b, vmm_call call, F&& op) {
   const std::uint64_t before = b.counters().time_ns_of(call);
   op();
   return b.counters().time_ns_of(call) - before;
-}
-
-std::string utc_date() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d", &tm);
-  return text;
 }
 
 std::vector<std::uint64_t>& of(call_samples& s, vmm_call call) { return s[static_cast<std::size_t>(call)]; }
@@ -167,17 +159,23 @@ int cmd_calibrate(std::span<const std::string> args, const cli_streams& io) {
     options.add_options()("device", po::value<int>()->default_value(0), "CUDA device index")(
         "chunks", po::value<std::uint64_t>()->default_value(4096), "chunks to create, map, unmap and release")(
         "out", po::value<std::string>(),
-        "calibration file to write (default calibration.json; with --compute, compute-calibration.json)")(
-        "compute", po::bool_switch(), "time the step cost's kernels instead of the VMM calls")(
+        "calibration file to write (default calibration.json; with --compute, compute-calibration.json; with "
+        "--transfers, transfer-calibration.json)")("compute", po::bool_switch(),
+                                                   "time the step cost's kernels instead of the VMM calls")(
+        "transfers", po::bool_switch(),
+        "time copies between pinned host memory and the GPU instead (a host tier's costs; tools/gpu_transfer.hpp)")(
         "model", po::value<std::string>()->default_value("llama-3-8b"),
         "--compute: model whose shapes are timed (llama-3-8b, yi-6b, yi-34b, llama-3-70b)")(
         "tp", po::value<std::uint32_t>()->default_value(1), "--compute: tensor-parallel degree (shapes per GPU)")(
         "token-budget", po::value<std::uint32_t>()->default_value(8192),
-        "--compute: largest token count of the GEMM grid")("reps", po::value<int>()->default_value(20),
-                                                           "--compute: timed runs per size (their median is kept)");
+        "--compute: largest token count of the GEMM grid")(
+        "reps", po::value<int>()->default_value(20),
+        "--compute, --transfers: timed runs per point (their median is kept)");
     const po::positional_options_description positional;
     const auto values =
-        parse_command_line(name, "[--device N] [--chunks N] [--out FILE] | --compute [--model M] [--tp N] [--out FILE]",
+        parse_command_line(name,
+                           "[--device N] [--chunks N] [--out FILE] | --compute [--model M] [--tp N] [--out FILE] | "
+                           "--transfers [--out FILE]",
                            "Measures each VMM call on the GPU through the cuda backend (the driver call's wall time):\n"
                            "reserve and free of ranges from 2 MiB to 16 TiB, then create, map, set-access, unmap and\n"
                            "release of N chunks of 2 MiB, one call per chunk. Prints mean, p50 and p99 per call and\n"
@@ -188,14 +186,35 @@ int cmd_calibrate(std::span<const std::string> args, const cli_streams& io) {
                            "decode attention over contiguous KV in each vtensor layout (kv-split, kv-fused,\n"
                            "token-major) and behind a block table of 1- and 16-token blocks, over batch sizes and\n"
                            "context lengths; writes the compute calibration that replay reads\n"
-                           "(--compute-calibration). Exit 1 without a GPU, cuBLAS or a build with the kernels.",
+                           "(--compute-calibration). Exit 1 without a GPU, cuBLAS or a build with the kernels.\n"
+                           "With --transfers: times copies between pinned host memory and the GPU, each way, copy\n"
+                           "sizes 4 KiB to 2 MiB in batches of 1 to 512 copies, checks the bytes that arrive, and\n"
+                           "fits the per-copy cost and streaming rate a host tier's copies are priced with.",
                            options, positional, args, io);
     if (!values) return exit_success;
     const int device = (*values)["device"].as<int>();
     if (device < 0) throw usage_error("--device must be 0 or more");
     const bool compute = (*values)["compute"].as<bool>();
-    for (const char* key : {"model", "tp", "token-budget", "reps"}) {
+    const bool transfers = (*values)["transfers"].as<bool>();
+    if (compute && transfers) throw usage_error("--compute and --transfers are two calibrations: give one");
+    for (const char* key : {"model", "tp", "token-budget"}) {
       if (!compute && !(*values)[key].defaulted()) throw usage_error(fmt::format("--{} needs --compute", key));
+    }
+    if (!compute && !transfers && !(*values)["reps"].defaulted())
+      throw usage_error("--reps needs --compute or --transfers");
+    if (transfers) {
+      if (!(*values)["chunks"].defaulted()) throw usage_error("--chunks does not apply to --transfers");
+      transfer_options t;
+      t.device = device;
+      t.reps = (*values)["reps"].as<int>();
+      if (t.reps < 1 || t.reps > 1000) throw usage_error("--reps must be between 1 and 1000");
+      if (values->count("out") != 0) t.out_file = (*values)["out"].as<std::string>();
+      if (t.out_file.empty()) throw usage_error("--out must name a file");
+#if VTENSOR_HAVE_GPU_KERNELS
+      return calibrate_transfers(t, io);
+#else
+      throw std::runtime_error("built without the CUDA kernels (no nvcc at configure time): nothing to time");
+#endif
     }
     if (compute && !(*values)["chunks"].defaulted()) throw usage_error("--chunks does not apply to --compute");
     if (compute) {
