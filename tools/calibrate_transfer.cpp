@@ -71,9 +71,8 @@ nlohmann::ordered_json transfer_calibration_json(const transfer_device& device,
   nlohmann::ordered_json fits = nlohmann::ordered_json::object();
   for (const char* direction : {"h2d", "d2h"}) {
     const transfer_fit f = fit_transfers(samples, direction);
-    fits[direction] = {{"per_copy_us", f.per_copy_us},
-                       {"gb_per_s", f.bytes_per_us * 1e6 / 1e9},
-                       {"max_relative_error", f.max_error}};
+    fits[direction] = {
+        {"per_copy_us", f.per_copy_us}, {"gb_per_s", f.bytes_per_us * 1e6 / 1e9}, {"max_relative_error", f.max_error}};
   }
   j["model"] = std::move(fits);
   nlohmann::ordered_json points = nlohmann::ordered_json::array();

@@ -29,8 +29,8 @@ struct transfer_options {
   int device = 0;
   std::vector<std::uint64_t> sizes{4096, 32768, 65536, 262144, 1 << 20, 2 << 20};  ///< bytes per copy
   std::vector<std::uint32_t> copies{1, 8, 64, 512};                                ///< copies per batch
-  std::uint64_t max_batch_bytes = std::uint64_t{1} << 30;  ///< a batch moves at most this much
-  int reps = 20;                                           ///< timed runs per point (median)
+  std::uint64_t max_batch_bytes = std::uint64_t{1} << 30;                          ///< a batch moves at most this much
+  int reps = 20;                                                                   ///< timed runs per point (median)
   std::string out_file = "transfer-calibration.json";
 };
 

@@ -62,19 +62,17 @@ TEST_CASE("transfers: the calibration file holds each direction's model beside e
   CHECK(j["samples"].size() == 18);
   CHECK(j["model"]["h2d"]["per_copy_us"].get<double>() == doctest::Approx(3.0));
   CHECK(j["model"]["d2h"]["gb_per_s"].get<double>() == doctest::Approx(40.0));
-  CHECK(j["samples"][0]["gb_per_s"].get<double>() ==
-        doctest::Approx(4096.0 / (3.0 + 4096.0 / 40000.0) * 1e6 / 1e9));
+  CHECK(j["samples"][0]["gb_per_s"].get<double>() == doctest::Approx(4096.0 / (3.0 + 4096.0 / 40000.0) * 1e6 / 1e9));
 }
 
 TEST_CASE("transfers: samples of one size, and bad options, are refused") {
   std::vector<transfer_sample> one = exact(1.0, 1000.0);
   std::erase_if(one, [](const transfer_sample& t) { return t.bytes != 4096; });
   CHECK_THROWS_AS((void)fit_transfers(one, "h2d"), std::invalid_argument);
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"calibrate", "--transfers", "--compute"},
-        {"calibrate", "--transfers", "--chunks", "64"},
-        {"calibrate", "--transfers", "--reps", "0"},
-        {"calibrate", "--reps", "5"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"calibrate", "--transfers", "--compute"},
+                                               {"calibrate", "--transfers", "--chunks", "64"},
+                                               {"calibrate", "--transfers", "--reps", "0"},
+                                               {"calibrate", "--reps", "5"}}) {
     CAPTURE(args);
     const auto r = run_cli(args);
     CHECK(r.code == 2);
