@@ -67,7 +67,7 @@ TEST_CASE("host tier: fifo evicts in the order blocks came in, whatever was matc
   t.check_invariants();
 }
 
-TEST_CASE("host tier: a block larger than the tier is not kept; an unlimited tier never evicts") {
+TEST_CASE("host tier: a block larger than the tier is not kept, and an unlimited tier never evicts") {
   host_tier small(48 * 1000, 1000, order("lru"));
   (void)small.offer(block(1));
   CHECK(small.offer({9, 64, 0}) == 0);
