@@ -14,7 +14,9 @@
 #      Azure trace's zero hit rate, 78 s; replay's byte-identical outputs, 69 s; capacity's
 #      search on the excerpt, about 30 replays, over 15 minutes; its replica search and three
 #      compare-plan cases, each a dozen or more replays with invariant checks, 200-270 s, and the
-#      local Slurm one: the plan refusals run here): the release stage runs them, and the other
+#      local Slurm one: the plan refusals run here; the report's figures of a real comparison and
+#      the load report's replays at several scales, 36 s each, whose C++ the other compare and
+#      replay cases cover): the release stage runs them, and the other
 #      replay tests, goldens included, run here, the fault soaks at half their operations
 #      (VTENSOR_SOAK_OPS=2500: 40-56 s each under the sanitizer at 5000; the release stage runs
 #      all 5000; each case still asserts pressure at 2500); any
@@ -24,7 +26,7 @@
 #   4. ThreadSanitizer (preset `tsan`, build-tsan/): the tests of the code with two threads: the
 #      mapping worker, admissions mapped beside a step (the doctest suite `threads`), and
 #      concurrent manager callers;
-#   5. every libFuzzer harness for FUZZ_SECONDS (default 30) each (tools/fuzz.sh); its clang build
+#   5. every libFuzzer harness for FUZZ_SECONDS (default 20) each (tools/fuzz.sh); its clang build
 #      also checks the thread-safety annotations (core/thread_annotations.hpp): a violation fails it,
 #      and keeps line tables only (-g1), as the sanitizer builds do.
 # Stages after the first failure do not run; the exit code is the failing stage's. Set
@@ -32,7 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stages=${VTENSOR_TEST_STAGES:-release asan tsan fuzz}
-fuzz_seconds=${FUZZ_SECONDS:-30}
+fuzz_seconds=${FUZZ_SECONDS:-20}
 has() { [[ " $stages " == *" $1 "* ]]; }
 stamp() { echo "== test-all: $1 ($(date -u +%H:%M:%S))"; }
 
@@ -54,7 +56,7 @@ if has asan; then
   cmake --preset asan -DVTENSOR_BUILD_BENCH=OFF >/dev/null
   cmake --build build-asan --target vtensor_tests
   VTENSOR_SOAK_OPS=2500 ctest --test-dir build-asan --output-on-failure -j2 --timeout 1800 \
-    -E 'replay identity: (kv-split|token-major|kv-fused, no)|whole Mooncake|whatever --jobs is|without prefix identity, has a hit rate|same input and seed give byte-identical|capacity: on the excerpt|capacity: --fewest-replicas|capacity plan|compare plan: (points run|merge names|GNU parallel|a local Slurm)'
+    -E 'replay identity: (kv-split|token-major|kv-fused, no)|whole Mooncake|whatever --jobs is|without prefix identity, has a hit rate|same input and seed give byte-identical|capacity: on the excerpt|capacity: --fewest-replicas|capacity plan|compare plan: (points run|merge names|GNU parallel|a local Slurm)|compare: --report renders every figure|replay: the load report flags'
 fi
 
 if has tsan; then
