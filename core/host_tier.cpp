@@ -8,7 +8,9 @@ namespace vtensor {
 
 host_tier::host_tier(std::uint64_t capacity_bytes, std::uint64_t bytes_per_token, const eviction_config& eviction)
     : bytes_per_token_(bytes_per_token),
-      capacity_tokens_(bytes_per_token == 0 ? 0 : capacity_bytes == unlimited ? unlimited : capacity_bytes / bytes_per_token),
+      capacity_tokens_(bytes_per_token == 0          ? 0
+                       : capacity_bytes == unlimited ? unlimited
+                                                     : capacity_bytes / bytes_per_token),
       order_(make_eviction_order(eviction)) {
   if (bytes_per_token == 0) throw std::invalid_argument("host tier: bytes per token must be at least 1");
 }

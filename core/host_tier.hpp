@@ -88,8 +88,8 @@ class host_tier {
   std::uint64_t capacity_tokens_;
   std::unique_ptr<eviction_order> order_;
   std::unordered_map<std::uint64_t, cache_slot> by_key_;
-  std::vector<host_block> slots_;    // by slot; key 0: free
-  std::vector<cache_slot> free_;     // slots to reuse
+  std::vector<host_block> slots_;  // by slot; key 0: free
+  std::vector<cache_slot> free_;   // slots to reuse
   host_tier_stats stats_;
 };
 

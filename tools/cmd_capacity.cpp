@@ -363,7 +363,7 @@ capacity_args read_capacity_args(const std::vector<std::string>& words) {
   po::notify(a.values);
   a.shared = shared_tokens(parsed);
   for (const po::option& opt : parsed.options) {
-    if (opt.string_key == "plan" || opt.string_key == "emit" || opt.string_key == "array-throttle") continue;
+    if (plan_only_option(opt.string_key)) continue;
     a.args.insert(a.args.end(), opt.original_tokens.begin(), opt.original_tokens.end());
   }
   return a;
@@ -460,7 +460,7 @@ int write_capacity_plan(const capacity_args& a, const cli_streams& io) {
     files.push_back(std::move(f));
   }
   std::string command = "vtensor capacity";
-  for (const std::string& w : a.args) command += " " + w;
+  for (const std::string& w : a.args) command += " " + shell_quoted(w);
   const plan_manifest m = make_manifest("capacity", a.args, command, c.x.traces, std::move(ids));
   const plan_engine engine = engine_of(a.values, {0});
   const std::filesystem::path dir = a.values["plan"].as<std::string>();
@@ -473,21 +473,18 @@ int write_capacity_plan(const capacity_args& a, const cli_streams& io) {
 int run_capacity_point(const po::variables_map& v, const cli_streams& io) {
   only_plan_options(v, {"run-point", "force"}, "--run-point");
   const auto words = v["run-point"].as<std::vector<std::string>>();
-  if (words.empty()) throw usage_error("--run-point takes a plan folder and a point index: --run-point DIR K");
-  const std::filesystem::path dir = words[0];
+  const std::filesystem::path dir = run_point_dir(words);
   capacity_plan p = rebuild_capacity_plan(dir);
   const std::size_t k = point_index(words, p.ids.size());
   search& s = p.setup.searches[k];
   check_plan(p.manifest, dir, {p.setup.x.traces[s.trace]});
   const std::filesystem::path result = point_result_path(dir, k);
-  if (!v["force"].as<bool>() && std::filesystem::exists(result)) {
-    try {
-      search done = s;
-      (void)read_search_result(nlohmann::ordered_json::parse(std::ifstream(result)), p.ids[k], done);
-      io.out << fmt::format("point {} ({}): done already ({}; --force runs it again)\n", k, p.ids[k], result.string());
-      return exit_success;
-    } catch (const std::exception&) {  // unreadable: searched again below
-    }
+  if (!v["force"].as<bool>() && point_done(dir, k, [&](const nlohmann::ordered_json& j) {
+        search done = s;
+        (void)read_search_result(j, p.ids[k], done);
+      })) {
+    io.out << fmt::format("point {} ({}): done already ({}; --force runs it again)\n", k, p.ids[k], result.string());
+    return exit_success;
   }
   std::vector<search> one = {s};
   const auto wall_start = std::chrono::steady_clock::now();
@@ -506,28 +503,12 @@ int merge_capacity_plan(const po::variables_map& v, const cli_streams& given) {
   const std::filesystem::path dir = v["merge"].as<std::string>();
   capacity_plan p = rebuild_capacity_plan(dir);
   check_plan(p.manifest, dir);
-  std::vector<std::string> missing;
-  std::vector<std::size_t> rerun;
   double wall = 0;
-  for (std::size_t k = 0; k < p.ids.size(); ++k) {
-    const std::filesystem::path result = point_result_path(dir, k);
-    std::string why;
-    if (!std::filesystem::exists(result)) {
-      why = "not run";
-    } else {
-      try {
-        wall += read_search_result(nlohmann::ordered_json::parse(std::ifstream(result)), p.ids[k], p.setup.searches[k]);
-      } catch (const std::exception& e) {
-        why = fmt::format("unreadable: {}", e.what());
-      }
-    }
-    if (!why.empty()) {
-      missing.push_back(fmt::format("  {} ({}): {}", k, p.ids[k], why));
-      rerun.push_back(k);
-    }
-  }
+  const std::string missing = read_results(dir, p.manifest, [&](std::size_t k, const nlohmann::ordered_json& j) {
+    wall += read_search_result(j, p.ids[k], p.setup.searches[k]);
+  });
   if (!missing.empty()) {
-    given.err << missing_points(dir, p.manifest, missing, rerun);
+    given.err << missing;
     return exit_failure;
   }
   po::variables_map outputs = p.args.values;  // the plan's settings, the merge's --json

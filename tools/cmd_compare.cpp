@@ -74,15 +74,6 @@ po::options_description compare_table() {
   return all;
 }
 
-std::string shell_quoted(const std::string& w) {
-  if (!w.empty() && w.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=,:@+%") ==
-                        std::string::npos)
-    return w;
-  std::string out = "'";
-  for (const char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // The outputs: the table, then the folder of --out (its report rendered inside it), then --json.
 int write_outputs(const po::variables_map& v, const experiment& x, const compare_grid& g,
                   const nlohmann::ordered_json& summary_object, std::unique_ptr<output_folder> folder,
@@ -136,7 +127,7 @@ compare_args read_compare_args(const std::vector<std::string>& words) {
   a.shared = shared_tokens(parsed);
   const bool no_wall = a.values["no-wall"].as<bool>();
   for (const po::option& opt : parsed.options) {
-    if (opt.string_key == "plan" || opt.string_key == "emit" || opt.string_key == "array-throttle") continue;
+    if (plan_only_option(opt.string_key)) continue;
     a.args.insert(a.args.end(), opt.original_tokens.begin(), opt.original_tokens.end());
     if (no_wall && opt.string_key == "jobs") continue;
     for (const std::string& w : opt.original_tokens) a.command += " " + shell_quoted(w);
@@ -204,19 +195,17 @@ int run_compare(const compare_args& a, const cli_streams& given) {
 }
 
 // The points a slurm plan runs while planning to set its tasks' limits: point 0, and the first
-// arm's point in the cell of the largest trace (in bytes), the largest budget (unlimited, else the
-// axis's last) and the most replicas, likely the costliest (an assumption the script states).
-std::vector<std::size_t> heaviest_points(const experiment& x, const compare_grid& grid) {
-  std::size_t best = 0;
-  auto weight = [&](const cell& c) {
-    std::error_code ec;
-    const auto bytes = std::filesystem::file_size(x.traces[c.trace], ec);
-    const bool unlimited = x.memory[c.memory] == "unlimited";
-    return std::tuple(ec ? 0 : bytes, unlimited, c.memory, c.replica_count);
+// arm's point in the cell of the largest trace (in bytes, as the manifest has them), the largest
+// budget (unlimited, else the axis's last) and the most replicas, likely the costliest (an
+// assumption the script states).
+std::vector<std::size_t> heaviest_points(const experiment& x, const compare_grid& grid, const plan_manifest& m) {
+  auto weight = [&](std::size_t k) {
+    const cell& c = grid.cells[grid.points[k].cell];
+    return std::tuple(m.traces[c.trace].bytes, x.memory[c.memory] == "unlimited", c.memory, c.replica_count);
   };
+  std::size_t best = 0;
   for (std::size_t k = 0; k < grid.points.size(); ++k) {
-    if (grid.points[k].arm == 0 && weight(grid.cells[grid.points[k].cell]) > weight(grid.cells[grid.points[best].cell]))
-      best = k;
+    if (grid.points[k].arm == 0 && weight(k) > weight(best)) best = k;
   }
   if (best == 0) return {0};
   return {0, best};
@@ -234,7 +223,7 @@ int write_compare_plan(const compare_args& a, const cli_streams& io) {
   std::vector<std::string> ids;
   for (const point& p : grid.points) ids.push_back(p.id);
   const plan_manifest m = make_manifest("compare", a.args, a.command, x.traces, std::move(ids));
-  const plan_engine engine = engine_of(v, heaviest_points(x, grid));
+  const plan_engine engine = engine_of(v, heaviest_points(x, grid, m));
   const std::filesystem::path dir = v["plan"].as<std::string>();
   const std::vector<task_cost> measured = write_plan(dir, m, compare_point_files(x, grid), engine);
   io.out << plan_written(dir, m, engine, measured);
@@ -266,22 +255,19 @@ plan_grid rebuild_plan(const std::filesystem::path& dir) {
 int run_plan_point(const po::variables_map& v, const cli_streams& io) {
   only_plan_options(v, {"run-point", "force"}, "--run-point");
   const auto words = v["run-point"].as<std::vector<std::string>>();
-  if (words.empty()) throw usage_error("--run-point takes a plan folder and a point index: --run-point DIR K");
-  const std::filesystem::path dir = words[0];
+  const std::filesystem::path dir = run_point_dir(words);
   plan_grid g = rebuild_plan(dir);
   const std::size_t k = point_index(words, g.grid.points.size());
   point& p = g.grid.points[k];
   const std::size_t trace = g.grid.cells[p.cell].trace;
   check_plan(g.manifest, dir, {g.x.traces[trace]});
   const std::filesystem::path result = point_result_path(dir, k);
-  if (!v["force"].as<bool>() && std::filesystem::exists(result)) {
-    try {
-      point done = p;
-      read_point_result(nlohmann::ordered_json::parse(std::ifstream(result)), done);
-      io.out << fmt::format("point {} ({}): done already ({}; --force replays it)\n", k, p.id, result.string());
-      return exit_success;
-    } catch (const std::exception&) {  // unreadable: replayed below
-    }
+  if (!v["force"].as<bool>() && point_done(dir, k, [&](const nlohmann::ordered_json& j) {
+        point done = p;
+        read_point_result(j, done);
+      })) {
+    io.out << fmt::format("point {} ({}): done already ({}; --force replays it)\n", k, p.id, result.string());
+    return exit_success;
   }
   const auto wall_start = std::chrono::steady_clock::now();
   const compare_traces traces = load_traces(g.x, p.options, trace);
@@ -301,30 +287,13 @@ int merge_plan(const po::variables_map& v, const std::string& outputs, const cli
   const std::filesystem::path dir = v["merge"].as<std::string>();
   plan_grid g = rebuild_plan(dir);
   check_plan(g.manifest, dir);
-  std::vector<std::string> missing;
-  std::vector<std::size_t> rerun;
   double points_wall = 0;
-  for (std::size_t k = 0; k < g.grid.points.size(); ++k) {
-    point& p = g.grid.points[k];
-    const std::filesystem::path result = point_result_path(dir, k);
-    std::string why;
-    if (!std::filesystem::exists(result)) {
-      why = "not run";
-    } else {
-      try {
-        read_point_result(nlohmann::ordered_json::parse(std::ifstream(result)), p);
-        points_wall += p.result.summary.wall_seconds;
-      } catch (const std::exception& e) {
-        why = fmt::format("unreadable: {}", e.what());
-      }
-    }
-    if (!why.empty()) {
-      missing.push_back(fmt::format("  {} ({}): {}", k, p.id, why));
-      rerun.push_back(k);
-    }
-  }
+  const std::string missing = read_results(dir, g.manifest, [&](std::size_t k, const nlohmann::ordered_json& j) {
+    read_point_result(j, g.grid.points[k]);
+    points_wall += g.grid.points[k].result.summary.wall_seconds;
+  });
   if (!missing.empty()) {
-    given.err << missing_points(dir, g.manifest, missing, rerun);
+    given.err << missing;
     return exit_failure;
   }
   auto [io, folder] = open_compare_outputs(v, given);

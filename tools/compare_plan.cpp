@@ -314,8 +314,24 @@ std::string plan_written(const fs::path& dir, const plan_manifest& m, const plan
       dir.string());
 }
 
-std::size_t point_index(const std::vector<std::string>& words, std::size_t points) {
+bool plan_only_option(const std::string& key) { return key == "plan" || key == "emit" || key == "array-throttle"; }
+
+std::string shell_quoted(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=,:@+%") ==
+                        std::string::npos)
+    return w;
+  std::string out = "'";
+  for (const char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+fs::path run_point_dir(const std::vector<std::string>& words) {
   if (words.size() != 2) throw usage_error("--run-point takes a plan folder and a point index: --run-point DIR K");
+  return words[0];
+}
+
+std::size_t point_index(const std::vector<std::string>& words, std::size_t points) {
+  const fs::path dir = run_point_dir(words);
   std::size_t k = 0;
   try {
     std::size_t used = 0;
@@ -325,12 +341,43 @@ std::size_t point_index(const std::vector<std::string>& words, std::size_t point
     throw usage_error(fmt::format("--run-point {} {}: '{}' is not a point index", words[0], words[1], words[1]));
   }
   if (k >= points)
-    throw usage_error(fmt::format("--run-point: plan {} has points 0 to {}, not {}", words[0], points - 1, k));
+    throw usage_error(fmt::format("--run-point: plan {} has points 0 to {}, not {}", dir.string(), points - 1, k));
   return k;
 }
 
-std::string missing_points(const fs::path& dir, const plan_manifest& m, const std::vector<std::string>& missing,
-                           const std::vector<std::size_t>& rerun) {
+bool point_done(const fs::path& dir, std::size_t k, const std::function<void(const nlohmann::ordered_json&)>& read) {
+  const fs::path result = point_result_path(dir, k);
+  if (!fs::exists(result)) return false;
+  try {
+    read(nlohmann::ordered_json::parse(std::ifstream(result)));
+    return true;
+  } catch (const std::exception&) {  // unreadable: not done
+    return false;
+  }
+}
+
+std::string read_results(const fs::path& dir, const plan_manifest& m,
+                         const std::function<void(std::size_t, const nlohmann::ordered_json&)>& read) {
+  std::vector<std::string> missing;
+  std::vector<std::size_t> rerun;
+  for (std::size_t k = 0; k < m.point_ids.size(); ++k) {
+    const fs::path result = point_result_path(dir, k);
+    std::string why;
+    if (!fs::exists(result)) {
+      why = "not run";
+    } else {
+      try {
+        read(k, nlohmann::ordered_json::parse(std::ifstream(result)));
+      } catch (const std::exception& e) {
+        why = fmt::format("unreadable: {}", e.what());
+      }
+    }
+    if (!why.empty()) {
+      missing.push_back(fmt::format("  {} ({}): {}", k, m.point_ids[k], why));
+      rerun.push_back(k);
+    }
+  }
+  if (missing.empty()) return "";
   std::string out =
       fmt::format("vtensor {}: plan {}: {} of {} points are not done:\n{}\nrun them, then merge again:\n", m.subcommand,
                   dir.string(), missing.size(), m.point_ids.size(), fmt::join(missing, "\n"));
@@ -344,15 +391,8 @@ std::string missing_points(const fs::path& dir, const plan_manifest& m, const st
   return out;
 }
 
-// Single-quoted for sh.
-std::string sh_quoted(const std::string& w) {
-  std::string out = "'";
-  for (const char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string parallel_script(const plan_tasks& t) {
-  const std::string d = sh_quoted(t.dir.string()), b = sh_quoted(t.binary), w = sh_quoted(t.workdir.string());
+  const std::string d = shell_quoted(t.dir.string()), b = shell_quoted(t.binary), w = shell_quoted(t.workdir.string());
   return fmt::format(
       "#!/bin/sh\n"
       "# The {0} points of the vtensor {5} plan in {1}, run by GNU parallel (written by\n"
@@ -420,7 +460,7 @@ slurm_limits slurm_limits_of(const std::vector<task_cost>& measured) {
 }
 
 std::string slurm_script(const plan_tasks& t, unsigned throttle, const std::vector<task_cost>& measured) {
-  const std::string d = sh_quoted(t.dir.string()), b = sh_quoted(t.binary);
+  const std::string d = shell_quoted(t.dir.string()), b = shell_quoted(t.binary);
   const slurm_limits l = slurm_limits_of(measured);
   std::string costs;
   for (const task_cost& c : measured)

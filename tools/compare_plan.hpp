@@ -98,15 +98,30 @@ std::vector<task_cost> write_plan(const std::filesystem::path& dir, const plan_m
 [[nodiscard]] std::string plan_written(const std::filesystem::path& dir, const plan_manifest& manifest,
                                        const plan_engine& engine, const std::vector<task_cost>& measured);
 
+/// Whether `key` is one of the plan's own options (--plan, --emit, --array-throttle), which a
+/// manifest's arguments leave out.
+[[nodiscard]] bool plan_only_option(const std::string& key);
+
+/// A word for sh: as it is when it needs no quoting, else single-quoted.
+[[nodiscard]] std::string shell_quoted(const std::string& w);
+
+/// `--run-point DIR K`'s folder. Throws usage_error unless the words are a folder and an index.
+[[nodiscard]] std::filesystem::path run_point_dir(const std::vector<std::string>& words);
+
 /// `--run-point DIR K`'s K, checked against the plan's point count. Throws usage_error.
 [[nodiscard]] std::size_t point_index(const std::vector<std::string>& words, std::size_t points);
 
-/// The lines `--merge` prints for the points not done (`missing`: "K (id): why" each): every
-/// point's --run-point command, and the engine's line that reruns only those where the plan has
-/// one.
-[[nodiscard]] std::string missing_points(const std::filesystem::path& dir, const plan_manifest& manifest,
-                                         const std::vector<std::string>& missing,
-                                         const std::vector<std::size_t>& rerun);
+/// Whether point K of the plan in `dir` is done: its result exists and `read` takes it (an
+/// unreadable one is not done: the task runs it again).
+[[nodiscard]] bool point_done(const std::filesystem::path& dir, std::size_t k,
+                              const std::function<void(const nlohmann::ordered_json&)>& read);
+
+/// Every point's result of the plan in `dir`, read through `read(K, result)` (which throws on
+/// what it cannot take). Returns "" when all are done, else what `--merge` prints: the points not
+/// done and why, every one's --run-point command, and the engine's line that reruns only those
+/// where the plan has one.
+[[nodiscard]] std::string read_results(const std::filesystem::path& dir, const plan_manifest& manifest,
+                                       const std::function<void(std::size_t, const nlohmann::ordered_json&)>& read);
 
 /// How an engine starts a plan's tasks: the subcommand, the plan folder and the binary (absolute
 /// paths), the folder the plan was made in (each task runs there: the plan's trace paths are as
